@@ -1,0 +1,135 @@
+"""grading.yml: the single source of scoring, visibility, timeouts, limits and language.
+
+Loaded and validated once, before any grading, so that a typo in the file is reported to the
+instructor with the key at fault instead of silently changing scores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+LANGUAGES = ("es", "en")
+CLASSES = ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "grading.yml"
+
+
+class ConfigError(Exception):
+    """grading.yml is missing, unreadable or inconsistent with the suite."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    import_s: float = 30
+    request_s: float = 10
+    class_s: float = 60
+    submission_s: float = 240
+    memory_mib: int = 1536
+    cpu_s: int = 300
+    processes: int = 64
+    open_files: int = 256
+    file_size_mib: int = 16
+    output_kib: int = 4
+
+
+@dataclass(frozen=True)
+class Property:
+    cls: str
+    name: str
+    points: float
+    visibility: str
+
+
+@dataclass(frozen=True)
+class GradingConfig:
+    language: str
+    max_examples: int
+    derandomize: bool
+    seed: int | None
+    limits: Limits
+    properties: tuple[Property, ...] = field(default_factory=tuple)
+    source: str = ""
+
+    def find(self, cls, name):
+        for prop in self.properties:
+            if prop.cls == cls and prop.name == name:
+                return prop
+        raise KeyError((cls, name))
+
+    @property
+    def max_score(self):
+        return sum(p.points for p in self.properties)
+
+
+def _section(data, key, path):
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{key}' must be a mapping")
+    return value
+
+
+def _number(value, where, kind=float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where} must be a non-negative number, got {value!r}")
+    return kind(value)
+
+
+def load(path=DEFAULT_PATH, language=None):
+    """Read and validate grading.yml; `language` overrides the file's feedback language."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+
+    language = language or data.get("language", "es")
+    if language not in LANGUAGES:
+        raise ConfigError(f"{path}: language must be one of {LANGUAGES}, got {language!r}")
+
+    hyp = _section(data, "hypothesis", path)
+    seed = hyp.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"{path}: hypothesis.seed must be an integer")
+
+    limit_values = {}
+    for section, suffix in (("timeouts", "_s"), ("limits", "")):
+        for key, value in _section(data, section, path).items():
+            name = key + suffix if section == "timeouts" else key
+            if name not in Limits.__dataclass_fields__:
+                raise ConfigError(f"{path}: unknown key {section}.{key}")
+            kind = Limits.__dataclass_fields__[name].type
+            limit_values[name] = _number(value, f"{path}: {section}.{key}", int if kind == "int" else float)
+
+    properties = []
+    classes = _section(data, "classes", path)
+    for cls, props in classes.items():
+        if cls not in CLASSES:
+            raise ConfigError(f"{path}: unknown class {cls!r}; expected one of {CLASSES}")
+        if not isinstance(props, dict) or not props:
+            raise ConfigError(f"{path}: classes.{cls} must map property names to points")
+        for name, spec in props.items():
+            where = f"{path}: classes.{cls}.{name}"
+            if not isinstance(spec, dict) or "points" not in spec:
+                raise ConfigError(f"{where} needs 'points'")
+            visibility = spec.get("visibility", "visible")
+            if visibility not in VISIBILITIES:
+                raise ConfigError(f"{where}: visibility must be one of {VISIBILITIES}")
+            properties.append(Property(cls, name, _number(spec["points"], where + ".points"), visibility))
+
+    max_examples = hyp.get("max_examples", 8)
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise ConfigError(f"{path}: hypothesis.max_examples must be a positive integer")
+    return GradingConfig(
+        language=language,
+        max_examples=max_examples,
+        derandomize=bool(hyp.get("derandomize", seed is None)),
+        seed=seed,
+        limits=Limits(**limit_values),
+        properties=tuple(properties),
+        source=text,
+    )

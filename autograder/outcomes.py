@@ -1,0 +1,155 @@
+"""Run the hidden property suite against one submission and collect raw outcomes.
+
+An outcome is what happened to one (class, property): passed, failed, error or timeout, with a
+message code, its parameters, the minimal failing example and what the submission printed.
+Outcomes carry no points: scoring.py applies grading.yml to them, now or later from the store.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytest
+
+SUITE_DIR = Path(__file__).resolve().parent / "properties"
+STATUSES = ("passed", "failed", "error", "timeout")
+
+
+@dataclass
+class Outcome:
+    cls: str
+    prop: str
+    status: str
+    code: str | None = None
+    params: dict = field(default_factory=dict)
+    example: dict = field(default_factory=dict)
+    duration: float = 0.0
+    output: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+class SuiteError(Exception):
+    """The hidden suite and grading.yml disagree, or the suite itself is broken."""
+
+
+def _unwrap(exc):
+    """Find our own failure inside hypothesis' exception groups, if it is there."""
+    from .properties.failures import PropertyFailure
+    from .worker.client import SubmissionError
+
+    if isinstance(exc, (PropertyFailure, SubmissionError)):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _unwrap(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def outcome_from_exception(cls, prop, exc):
+    from .properties.failures import PropertyFailure
+
+    found = _unwrap(exc)
+    if isinstance(found, PropertyFailure):
+        return Outcome(cls, prop, "failed", found.code, found.params, found.example)
+    if found is not None:  # SubmissionError: the submission could not answer
+        from .properties.failures import _current_example
+
+        status = "timeout" if found.kind == "timeout" else "error"
+        return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), dict(_current_example))
+    return Outcome(cls, prop, "error", "grader_error", {"error": f"{type(exc).__name__}: {exc}"[:1000]})
+
+
+class Collector:
+    """pytest plugin: hands the worker to the suite and records one outcome per graded test."""
+
+    def __init__(self, worker, config):
+        self._worker = worker
+        self.config = config
+        self.outcomes = {}
+        self.started = {}
+
+    @pytest.fixture(scope="session")
+    def worker(self):
+        return self._worker
+
+    def pytest_configure(self, config):
+        config.addinivalue_line("markers", "graded(cls, prop): the graded property a test checks")
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        tagged = {}
+        for item in items:
+            marker = item.get_closest_marker("graded")
+            if marker is None:
+                raise SuiteError(f"{item.nodeid} has no @graded(class, property) tag")
+            tagged[(marker.kwargs["cls"], marker.kwargs["prop"])] = item
+        configured = {(p.cls, p.name) for p in self.config.properties}
+        unknown = sorted(configured - set(tagged))
+        if unknown:
+            raise SuiteError(f"grading.yml names properties the suite does not define: {unknown}")
+        unscored = sorted(set(tagged) - configured)
+        if unscored:
+            raise SuiteError(f"grading.yml has no entry for {unscored}; add them (points: 0 keeps them ungraded)")
+        order = {key: i for i, key in enumerate((p.cls, p.name) for p in self.config.properties)}
+        items.sort(key=lambda item: order[self._key(item)])
+
+    @staticmethod
+    def _key(item):
+        marker = item.get_closest_marker("graded")
+        return marker.kwargs["cls"], marker.kwargs["prop"]
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.started[nodeid] = time.monotonic()
+
+    def pytest_runtest_makereport(self, item, call):
+        if call.when == "teardown":
+            return
+        cls, prop = self._key(item)
+        if call.excinfo is not None:
+            outcome = outcome_from_exception(cls, prop, call.excinfo.value)
+        elif call.when == "call":
+            outcome = Outcome(cls, prop, "passed")
+        else:
+            return
+        outcome.duration = round(time.monotonic() - self.started.get(item.nodeid, time.monotonic()), 3)
+        outcome.output = self._worker.take_output()
+        self.outcomes[(cls, prop)] = outcome
+
+
+def hypothesis_profile(config):
+    from hypothesis import HealthCheck, Phase, settings
+
+    settings.register_profile(
+        "grading",
+        max_examples=config.max_examples,
+        derandomize=config.derandomize,
+        database=None,
+        deadline=None,
+        print_blob=False,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    )
+    settings.load_profile("grading")
+
+
+def run_properties(worker, config):
+    """Run every graded property against the worker; return outcomes in grading.yml's order."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    hypothesis_profile(config)
+    collector = Collector(worker, config)
+    args = [str(SUITE_DIR), "-p", "no:cacheprovider", "-p", "no:terminal", "--noconftest",
+            "--rootdir", str(SUITE_DIR), "-c", os.devnull, "-W", "ignore"]
+    if config.seed is not None:
+        args += ["-p", "hypothesis.extra.pytestplugin", f"--hypothesis-seed={config.seed}"]
+    code = pytest.main(args, plugins=[collector])
+    if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
+        raise SuiteError(f"the property suite did not run (pytest exit code {int(code)})")
+    missing = [(p.cls, p.name) for p in config.properties if (p.cls, p.name) not in collector.outcomes]
+    if missing:
+        raise SuiteError(f"no outcome was recorded for {missing}")
+    return [collector.outcomes[(p.cls, p.name)] for p in config.properties]

@@ -1,0 +1,62 @@
+"""How a property says it failed: a message code plus the values the feedback needs.
+
+The code and its parameters (not a finished sentence) travel to the outcome, so feedback can be
+rendered in Spanish or English, now or later from the store, from the same raw outcome.
+"""
+import numpy as np
+
+_current_example = {}
+
+
+def example(**dims):
+    """Record the example under test; a failure raised while it runs reports it.
+
+    Hypothesis replays the minimal failing example last, so the failure that reaches the
+    outcome carries the smallest example found.
+    """
+    _current_example.clear()
+    _current_example.update({k: _plain(v) for k, v in dims.items()})
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class PropertyFailure(AssertionError):
+    def __init__(self, code, **params):
+        super().__init__(code)
+        self.code = code
+        self.params = {k: _plain(v) for k, v in params.items()}
+        self.example = dict(_current_example)
+
+
+def require(condition, code, **params):
+    if not condition:
+        raise PropertyFailure(code, **params)
+
+
+def as_array(value, shape, what):
+    """Validate one returned array before any arithmetic on it."""
+    if not isinstance(value, np.ndarray):
+        raise PropertyFailure("not_a_tensor", what=what)
+    require(list(value.shape) == list(shape), "shape_mismatch", what=what,
+            expected=list(shape), got=list(value.shape))
+    require(value.dtype.kind == "f", "dtype_mismatch", what=what, got=value.dtype.name)
+    return value.astype(np.float64)
+
+
+def expect_close(actual, expected, code, atol=1e-5, rtol=1e-4, **params):
+    """Fail with the worst entry when two arrays differ beyond the tolerance."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isclose(actual, expected, atol=atol, rtol=rtol)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure(
+            code, index=list(index), got=float(actual[index]), expected=float(expected[index]),
+            max_error=float(np.nanmax(np.abs(actual - expected))) if np.isfinite(actual).all() else None,
+            **params,
+        )

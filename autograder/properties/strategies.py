@@ -1,0 +1,56 @@
+"""Hypothesis strategies: shapes and an RNG seed, never raw tensors.
+
+Drawing integers keeps shrinking meaningful (the smallest failing B, T, heads...) and lets the
+grader rebuild every tensor from the seed. Sizes stay small: the suite must grade a submission
+in a few seconds on half a CPU.
+"""
+import numpy as np
+from hypothesis import strategies as st
+
+seeds = st.integers(min_value=0, max_value=2**16)
+
+
+@st.composite
+def self_attention_dims(draw, min_batch=1, min_time=1):
+    d_model = draw(st.integers(2, 12))
+    # d_k differs from d_model most of the time: a scale by sqrt(d_model) must show.
+    d_k = draw(st.one_of(st.integers(1, 8).filter(lambda k: k != d_model), st.none()))
+    return {
+        "B": draw(st.integers(min_batch, 3)),
+        "T": draw(st.integers(min_time, 6)),
+        "d_model": d_model,
+        "d_k": d_k,
+        "seed": draw(seeds),
+    }
+
+
+@st.composite
+def multi_head_dims(draw, min_batch=1, min_time=1, min_heads=1):
+    heads = draw(st.integers(min_heads, 4))
+    d_k = draw(st.integers(1, 4))
+    return {
+        "B": draw(st.integers(min_batch, 3)),
+        "Tq": draw(st.integers(min_time, 5)),
+        "Tk": draw(st.integers(min_time, 7)),
+        "h": heads,
+        "d_model": heads * d_k,
+        "seed": draw(seeds),
+    }
+
+
+@st.composite
+def causal_dims(draw, min_batch=1, min_time=1):
+    heads = draw(st.integers(1, 4))
+    block = draw(st.integers(max(min_time, 1), 8))
+    return {
+        "B": draw(st.integers(min_batch, 3)),
+        "T": draw(st.integers(min_time, block)),
+        "block_size": block,
+        "n_head": heads,
+        "n_embd": heads * draw(st.integers(1, 4)),
+        "seed": draw(seeds),
+    }
+
+
+def rng_for(dims):
+    return np.random.default_rng(dims["seed"])

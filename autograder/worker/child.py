@@ -1,0 +1,230 @@
+"""The worker: the only process that imports and runs the student's code.
+
+It is started by autograder.worker.client inside a sandbox, with the submission copied alone into
+its working directory and this file and wire.py copied beside it. It answers requests (build a
+class, load parameters, run a method, report parameters, buffers and gradients) and sends back
+plain values. It never judges anything: a submission that rewrites this process can only make
+its own answers wrong, because the checks run in the grader's process.
+
+Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
+"""
+import copy
+import dataclasses
+import importlib.util
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+import wire  # noqa: E402
+
+
+@dataclasses.dataclass
+class Cfg:
+    """The grader's own config object for CausalSelfAttention: the student's Cfg is not needed."""
+
+    n_embd: int = 32
+    n_head: int = 4
+    block_size: int = 16
+    dropout: float = 0.0
+
+
+class StudentError(Exception):
+    """Raised by the student's code or by a contract violation found while serving a request."""
+
+    def __init__(self, kind, message, line=None, exc_type=None):
+        super().__init__(message)
+        self.payload = {"kind": kind, "message": message, "line": line, "type": exc_type}
+
+
+def _student_error(exc, path):
+    """Describe an exception raised by student code: type, message and the line in their file."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.abspath(frame.filename) == path:
+            line = frame.lineno
+    if isinstance(exc, SyntaxError) and os.path.abspath(exc.filename or "") == path:
+        line = exc.lineno
+    if isinstance(exc, NotImplementedError):
+        kind = "not_implemented"
+    elif isinstance(exc, MemoryError) or "can't allocate memory" in str(exc):
+        kind = "memory"
+    else:
+        kind = "exception"
+    text = str(exc)[:500]
+    return {"kind": kind, "message": text, "line": line, "type": type(exc).__name__}
+
+
+class Worker:
+    def __init__(self, submission_path):
+        import torch
+
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.sdpa = torch.nn.functional.scaled_dot_product_attention
+        self.path = os.path.abspath(submission_path)
+        self.module = None
+        self.instances = {}
+
+    def load_submission(self):
+        spec = importlib.util.spec_from_file_location("attention", self.path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["attention"] = module
+        spec.loader.exec_module(module)
+        self.module = module
+
+    # ---- requests -------------------------------------------------------------------------
+    def op_build(self, cls, kwargs, seed=0):
+        factory = getattr(self.module, cls, None)
+        if not isinstance(factory, type):
+            raise StudentError("missing_class", f"{cls} is not defined as a class")
+        self.torch.manual_seed(seed)
+        args = (Cfg(**kwargs),) if cls == "CausalSelfAttention" else ()
+        instance = factory(*args) if args else factory(**kwargs)
+        if not isinstance(instance, self.torch.nn.Module):
+            raise StudentError("contract", f"{cls} is not an nn.Module")
+        handle = str(len(self.instances))
+        self.instances[handle] = instance
+        return {"handle": handle, **self.op_describe(handle)}
+
+    def op_describe(self, handle):
+        module = self.instances[handle]
+        params = {name: list(p.shape) for name, p in module.named_parameters()}
+        persistent = set(module.state_dict().keys())
+        buffers = {
+            name: {
+                "shape": list(b.shape),
+                "dtype": str(b.dtype).replace("torch.", ""),
+                "persistent": name in persistent,
+                "values": self._to_numpy(b) if b.numel() <= 1 << 16 else None,
+            }
+            for name, b in module.named_buffers()
+        }
+        linear_bias = {
+            name: sub.bias is not None
+            for name, sub in module.named_modules()
+            if isinstance(sub, self.torch.nn.Linear)
+        }
+        return {
+            "params": params,
+            "buffers": buffers,
+            "state_dict": sorted(persistent),
+            "linear_bias": linear_bias,
+        }
+
+    def op_set_params(self, handle, params):
+        module = self.instances[handle]
+        own = dict(module.named_parameters())
+        with self.torch.no_grad():
+            for name, value in params.items():
+                if name not in own or list(own[name].shape) != list(value.shape):
+                    raise StudentError("contract", f"parameter {name} missing or of another shape")
+                own[name].copy_(self.torch.from_numpy(value))
+        return {}
+
+    def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
+                trace_sdpa=False, device="cpu"):
+        torch = self.torch
+        module = self.instances[handle]
+        if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        if device != "cpu":
+            module = copy.deepcopy(module).to(device)
+        module.train(train)
+        module.zero_grad(set_to_none=True)
+        args = [self._to_torch(a, device) for a in args]
+        kwargs = {k: self._to_torch(v, device) for k, v in (kwargs or {}).items()}
+        torch.manual_seed(seed)
+        sdpa_calls = [0]
+        with torch.set_grad_enabled(grad), self._sdpa_counter(sdpa_calls, trace_sdpa):
+            result = getattr(module, method)(*args, **kwargs)
+        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        for value in outputs:
+            if type(value) is not torch.Tensor:
+                raise StudentError("bad_output", f"{method} returned {type(value).__name__}, not torch.Tensor")
+        reply = {"outputs": [self._to_numpy(v) for v in outputs], "sdpa_calls": sdpa_calls[0]}
+        if grad:
+            generator = torch.Generator().manual_seed(seed)
+            upstream = torch.randn(outputs[0].shape, generator=generator).to(outputs[0].device)
+            (outputs[0] * upstream).sum().backward()
+            reply["grads"] = {
+                name: None if p.grad is None else self._to_numpy(p.grad)
+                for name, p in module.named_parameters()
+            }
+        return reply
+
+    def op_probe(self):
+        return {"cuda": bool(self.torch.cuda.is_available())}
+
+    # ---- helpers --------------------------------------------------------------------------
+    def _to_torch(self, value, device):
+        if isinstance(value, np.ndarray):
+            return self.torch.from_numpy(value).to(device)
+        return value
+
+    def _to_numpy(self, tensor):
+        tensor = self.torch.Tensor.detach(tensor)
+        if tensor.device.type == "meta":
+            return {"meta_shape": list(tensor.shape)}
+        array = tensor.cpu().contiguous().numpy()
+        if array.dtype.name not in wire.DTYPES:
+            array = array.astype(np.float32)
+        return array
+
+    def _sdpa_counter(self, counter, enabled):
+        from torch.overrides import TorchFunctionMode
+        import contextlib
+
+        if not enabled:
+            return contextlib.nullcontext()
+        sdpa = self.sdpa
+
+        class CountSDPA(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if func is sdpa:
+                    counter[0] += 1
+                return func(*args, **(kwargs or {}))
+
+        return CountSDPA()
+
+
+def serve(worker, requests, responses):
+    while True:
+        try:
+            message = wire.read_message(requests)
+        except EOFError:
+            return
+        op = message.get("op", "")
+        try:
+            reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
+        except StudentError as exc:
+            reply = {"error": exc.payload}
+        except BaseException as exc:  # student code may raise anything, SystemExit included
+            reply = {"error": _student_error(exc, worker.path)}
+        try:
+            frame = wire.encode(reply)
+        except Exception as exc:
+            frame = wire.encode({"error": {"kind": "bad_output", "message": str(exc)[:300]}})
+        responses.write(frame)
+        responses.flush()
+
+
+def main():
+    request_fd, response_fd, submission = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    requests = os.fdopen(request_fd, "rb", buffering=0)
+    responses = os.fdopen(response_fd, "wb")
+    worker = Worker(submission)
+    try:
+        worker.load_submission()
+        ready = {"ok": {"classes": sorted(k for k, v in vars(worker.module).items() if isinstance(v, type))}}
+    except BaseException as exc:
+        ready = {"error": {**_student_error(exc, worker.path), "stage": "import"}}
+    responses.write(wire.encode(ready))
+    responses.flush()
+    serve(worker, requests, responses)
+
+
+if __name__ == "__main__":
+    main()

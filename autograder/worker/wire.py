@@ -1,0 +1,112 @@
+"""Plain-data framing between the grader and its worker: a JSON header plus raw array bytes.
+
+Nothing that crosses is ever unpickled: the trusted side only parses JSON and copies bytes into
+numpy arrays of whitelisted dtypes, so a hostile worker can send wrong numbers but never code.
+This file is copied next to the worker in its sandbox, so it imports only the standard library
+and numpy.
+"""
+import json
+import struct
+
+import numpy as np
+
+DTYPES = ("float32", "float64", "float16", "bool", "int64", "int32")
+MAX_HEADER_BYTES = 4 << 20
+MAX_FRAME_BYTES = 256 << 20
+_PREFIX = struct.Struct(">QI")  # total payload length, header length
+
+
+class WireError(Exception):
+    """A frame that does not follow the protocol (truncated, oversized or malformed)."""
+
+
+def _flatten(value, arrays):
+    if isinstance(value, np.ndarray):
+        arrays.append(np.ascontiguousarray(value))
+        return {"$array": len(arrays) - 1}
+    if isinstance(value, dict):
+        return {str(k): _flatten(v, arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_flatten(v, arrays) for v in value]
+    return value
+
+
+def _restore(value, arrays):
+    if isinstance(value, dict):
+        if set(value) == {"$array"}:
+            index = value["$array"]
+            if not isinstance(index, int) or not 0 <= index < len(arrays):
+                raise WireError(f"array reference {index!r} out of range")
+            return arrays[index]
+        return {k: _restore(v, arrays) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v, arrays) for v in value]
+    return value
+
+
+def encode(message):
+    """Serialize a message of JSON values and numpy arrays into one frame."""
+    arrays = []
+    body = _flatten(message, arrays)
+    for array in arrays:
+        if array.dtype.name not in DTYPES:
+            raise WireError(f"dtype {array.dtype.name} cannot cross the wire")
+    header = json.dumps(
+        {"body": body, "arrays": [[a.dtype.name, list(a.shape)] for a in arrays]},
+        allow_nan=True,
+    ).encode()
+    payload = b"".join(a.tobytes() for a in arrays)
+    return _PREFIX.pack(len(header) + len(payload), len(header)) + header + payload
+
+
+def frame_length(prefix):
+    """Validate a frame prefix and return (total length, header length)."""
+    total, header_len = _PREFIX.unpack(prefix)
+    if header_len > MAX_HEADER_BYTES or total > MAX_FRAME_BYTES or header_len > total:
+        raise WireError(f"frame of {total} bytes with a {header_len}-byte header is out of bounds")
+    return total, header_len
+
+
+PREFIX_SIZE = _PREFIX.size
+
+
+def decode(data, header_len):
+    """Parse the frame body (everything after the prefix) back into a message."""
+    try:
+        header = json.loads(data[:header_len].decode())
+        specs, body = header["arrays"], header["body"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise WireError(f"unreadable frame header: {exc}") from None
+    arrays, offset = [], header_len
+    for spec in specs:
+        try:
+            dtype_name, shape = spec
+            if dtype_name not in DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
+                raise ValueError
+            dtype = np.dtype(dtype_name)
+            count = int(np.prod(shape, dtype=np.int64))
+        except (ValueError, TypeError):
+            raise WireError(f"bad array spec {spec!r}") from None
+        nbytes = count * dtype.itemsize
+        if offset + nbytes > len(data):
+            raise WireError("frame shorter than its arrays")
+        arrays.append(np.frombuffer(data, dtype, count, offset).reshape(shape).copy())
+        offset += nbytes
+    return _restore(body, arrays)
+
+
+def read_exact(stream, size):
+    """Blocking read of exactly size bytes from a binary stream (the worker's side)."""
+    chunks, remaining = [], size
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            raise EOFError("stream closed")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(stream):
+    total, header_len = frame_length(read_exact(stream, PREFIX_SIZE))
+    return decode(read_exact(stream, total), header_len)
