@@ -78,7 +78,7 @@ def runs_on_device(attempt, device, expected_shapes):
         if exc.kind != "exception":
             raise
         raise PropertyFailure("wrong_device", device=device, error=exc.message, line=exc.line) from None
-    for what, value, shape in zip(("salida", "pesos"), reply.outputs, expected_shapes):
+    for what, value, shape in zip(("output", "weights"), reply.outputs, expected_shapes):
         got = value.get("meta_shape") if isinstance(value, dict) else list(getattr(value, "shape", []))
         require(got == list(shape), "shape_mismatch", what=what, expected=list(shape), got=got)
     return reply

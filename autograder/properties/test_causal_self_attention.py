@@ -1,0 +1,189 @@
+"""CausalSelfAttention(cfg): forward(x, fused=False) -> (B,T,C) for any T <= block_size."""
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from . import checks, reference
+from .failures import example, expect_close, require
+from .harness import Remote, gaussian, graded
+from .strategies import causal_dims, rng_for, seeds
+
+CLS = "CausalSelfAttention"
+
+
+def build(worker, dims, dropout=0.0):
+    example(**dims, dropout=dropout)
+    return Remote(worker, CLS, n_embd=dims["n_embd"], n_head=dims["n_head"],
+                  block_size=dims["block_size"], dropout=dropout)
+
+
+def output(reply, dims):
+    return reply.output(0, (dims["B"], dims["T"], dims["n_embd"]), "output")
+
+
+def inputs(rng, dims, scale=1.0):
+    return gaussian(rng, dims["B"], dims["T"], dims["n_embd"], scale=scale)
+
+
+def expected(params, dims, x):
+    return reference.causal_self_attention(params, dims["n_head"], x.astype(np.float64))
+
+
+@graded(CLS, "shapes")
+@given(dims=causal_dims(), fused=st.booleans())
+def test_shapes(worker, dims, fused):
+    module = build(worker, dims)
+    output(module.run(inputs(rng_for(dims), dims), fused=fused), dims)
+
+
+@graded(CLS, "parameter_count")
+@given(dims=causal_dims())
+def test_parameter_count(worker, dims):
+    module = build(worker, dims)
+    unbiased = sorted(name for name, has in module.linear_bias.items() if not has)
+    require(not unbiased, "missing_bias", names=unbiased)
+    C = dims["n_embd"]
+    require(module.parameter_count == 4 * C * C + 4 * C, "parameter_count", expected=4 * C * C + 4 * C,
+            got=module.parameter_count, formula="4·C² + 4·C")
+
+
+@graded(CLS, "mask_buffer")
+@given(dims=causal_dims())
+def test_mask_buffer(worker, dims):
+    module = build(worker, dims)
+    bs = dims["block_size"]
+    require("mask" not in module.param_shapes, "mask_is_parameter")
+    require("mask" in module.buffers, "mask_missing", found=sorted(module.buffers))
+    buffer = module.buffers["mask"]
+    require(buffer["shape"] == [1, 1, bs, bs], "shape_mismatch", what="mask",
+            expected=[1, 1, bs, bs], got=buffer["shape"])
+    require(buffer["dtype"] == "bool", "mask_dtype", got=buffer["dtype"])
+    require(not buffer["persistent"] and "mask" not in module.state_dict, "mask_persistent")
+    values = buffer["values"]
+    require(isinstance(values, np.ndarray) and values.shape == (1, 1, bs, bs)
+            and np.array_equal(values[0, 0], np.tril(np.ones((bs, bs), bool))), "mask_not_lower_triangular")
+
+
+@graded(CLS, "causality")
+@given(dims=causal_dims(min_time=2), data=st.data())
+def test_causality(worker, dims, data):
+    rng = rng_for(dims)
+    module = build(worker, dims)
+    module.load_random(rng)
+    T = dims["T"]
+    position = data.draw(st.integers(1, T - 1), label="position")
+    example(**dims, position=position)
+    x = inputs(rng, dims)
+    before = output(module.run(x), dims)
+    perturbed = x.copy()
+    perturbed[:, position] = gaussian(rng, dims["B"], dims["n_embd"])
+    after = output(module.run(perturbed), dims)
+    expect_close(after[:, :position], before[:, :position], "future_leak", atol=1e-6, position=position)
+    # ...and the past does reach the future: changing token 0 moves the last output.
+    perturbed = x.copy()
+    perturbed[:, 0] = gaussian(rng, dims["B"], dims["n_embd"], scale=3.0)
+    after = output(module.run(perturbed), dims)
+    require(np.abs(after[:, -1] - before[:, -1]).max() > 1e-6, "past_ignored", T=T)
+
+
+@graded(CLS, "reference_match")
+@given(dims=causal_dims())
+def test_reference_match(worker, dims):
+    rng = rng_for(dims)
+    module = build(worker, dims, dropout=0.2)
+    params = module.load_random(rng)
+    x = inputs(rng, dims)
+    expect_close(output(module.run(x), dims), expected(params, dims, x), "reference_mismatch",
+                 what="output", masked=True)
+
+
+@graded(CLS, "batch_independence")
+@given(dims=causal_dims(min_batch=2))
+def test_batch_independence(worker, dims):
+    rng = rng_for(dims)
+    module = build(worker, dims)
+    module.load_random(rng)
+    checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: output(r, dims))
+
+
+@graded(CLS, "eval_deterministic")
+@given(dims=causal_dims(min_time=2), seed=seeds)
+def test_eval_deterministic(worker, dims, seed):
+    rng = rng_for(dims)
+    module = build(worker, dims, dropout=0.5)
+    module.load_random(rng)
+    x = inputs(rng, dims)
+    first, second = (output(module.run(x, seed=s), dims) for s in (seed, seed + 1))
+    expect_close(second, first, "eval_not_deterministic", atol=0, rtol=0, what="output")
+
+
+@graded(CLS, "train_dropout")
+@given(dims=causal_dims(min_time=2), seed=seeds)
+def test_train_dropout(worker, dims, seed):
+    rng = rng_for(dims)
+    module = build(worker, dims, dropout=0.5)
+    module.load_random(rng)
+    x = inputs(rng, dims)
+    evaluated = output(module.run(x), dims)
+    trained = output(module.run(x, train=True, seed=seed), dims)
+    require(np.abs(trained - evaluated).max() > 1e-6, "dropout_not_applied", p=0.5,
+            dropped=0, total=int(evaluated.size))
+
+
+@graded(CLS, "gradients")
+@given(dims=causal_dims(min_time=2), fused=st.booleans())
+def test_gradients(worker, dims, fused):
+    rng = rng_for(dims)
+    module = build(worker, dims)
+    module.load_random(rng)
+    checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), fused=fused, grad=True))
+
+
+@graded(CLS, "large_inputs")
+@given(dims=causal_dims(min_time=2))
+def test_large_inputs(worker, dims):
+    rng = rng_for(dims)
+    module = build(worker, dims)
+    module.load_random(rng)
+    checks.finite(output(module.run(inputs(rng, dims, scale=1e3)), dims), "output")
+
+
+@graded(CLS, "fused_equivalence")
+@given(dims=causal_dims())
+def test_fused_equivalence(worker, dims):
+    rng = rng_for(dims)
+    module = build(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
+    params = module.load_random(rng)
+    x = inputs(rng, dims)
+    explicit = output(module.run(x), dims)
+    fused = output(module.run(x, fused=True), dims)
+    expect_close(fused, expected(params, dims, x), "fused_mismatch", against="reference")
+    expect_close(fused, explicit, "fused_mismatch", against="forward(x)")
+    if checks.cuda_available(worker, CLS):
+        for path in (False, True):
+            on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
+            expect_close(on_gpu, expected(params, dims, x), "fused_mismatch", against="cuda_fused" if path else "cuda_explicit")
+
+
+@graded(CLS, "fused_calls_sdpa")
+@given(dims=causal_dims())
+def test_fused_calls_sdpa(worker, dims):
+    module = build(worker, dims)
+    reply = module.run(inputs(rng_for(dims), dims), fused=True, trace_sdpa=True)
+    output(reply, dims)
+    require(reply.sdpa_calls >= 1, "sdpa_not_called")
+
+
+@graded(CLS, "device")
+@given(dims=causal_dims(), fused=st.booleans())
+def test_device(worker, dims, fused):
+    rng = rng_for(dims)
+    module = build(worker, dims)
+    params = module.load_random(rng)
+    x = inputs(rng, dims)
+    shapes = [(dims["B"], dims["T"], dims["n_embd"])]
+    checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "meta", shapes)
+    if checks.cuda_available(worker, CLS):
+        reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
+        expect_close(output(reply, dims), expected(params, dims, x), "reference_mismatch",
+                     what="output_cuda", masked=True)

@@ -24,7 +24,7 @@ def d_k_of(dims):
 
 def outputs(reply, dims):
     B, T = dims["B"], dims["T"]
-    return reply.output(0, (B, T, d_k_of(dims)), "salida"), reply.output(1, (B, T, T), "pesos")
+    return reply.output(0, (B, T, d_k_of(dims)), "output"), reply.output(1, (B, T, T), "weights")
 
 
 def inputs(rng, dims, scale=1.0):
@@ -94,8 +94,8 @@ def test_reference_match(worker, dims):
     for mask in (None, random_mask(rng, dims["B"], dims["T"], dims["T"])):
         out, weights = outputs(module.run(x, mask=mask), dims)
         ref_out, ref_weights = reference.self_attention(params, x.astype(np.float64), mask)
-        expect_close(weights, ref_weights, "reference_mismatch", what="pesos", masked=mask is not None)
-        expect_close(out, ref_out, "reference_mismatch", what="salida", masked=mask is not None)
+        expect_close(weights, ref_weights, "reference_mismatch", what="weights", masked=mask is not None)
+        expect_close(out, ref_out, "reference_mismatch", what="output", masked=mask is not None)
 
 
 @graded(CLS, "batch_independence")
@@ -123,8 +123,8 @@ def test_large_inputs(worker, dims):
     module = build(worker, dims)
     module.load_random(rng)
     out, weights = outputs(module.run(inputs(rng, dims, scale=1e3)), dims)
-    checks.finite(out, "salida")
-    checks.finite(weights, "pesos")
+    checks.finite(out, "output")
+    checks.finite(weights, "weights")
     checks.rows_sum_to_one(weights)
 
 
@@ -141,4 +141,4 @@ def test_device(worker, dims):
     if checks.cuda_available(worker, CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
         expect_close(outputs(reply, dims)[0], reference.self_attention(params, x.astype(np.float64), mask)[0],
-                     "reference_mismatch", what="salida (cuda)", masked=True)
+                     "reference_mismatch", what="output_cuda", masked=True)

@@ -20,6 +20,10 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 POLL_S = 0.05
 
 
+class WorkerSetupError(Exception):
+    """The worker could not be started at all: a problem of the grading machine, not the student."""
+
+
 class SubmissionError(Exception):
     """The submission could not answer: it raised, was missing, timed out, crashed or overused.
 
@@ -79,6 +83,7 @@ class Worker:
     def call(self, owner, op, **args):
         """Send one request on behalf of class `owner` and return the worker's answer."""
         cls = owner
+        label = args.get("method") or ("__init__" if op == "build" else op)
         if self.fatal:
             raise self.fatal
         if cls in self.dead:
@@ -95,7 +100,7 @@ class Worker:
         try:
             reply = self._exchange({"op": op, "args": args}, budget)
         except SubmissionError as exc:
-            exc.cls, exc.op = cls, args.get("method", op)
+            exc.cls, exc.op = cls, label
             if exc.kind == "timeout":
                 exc.limit = round(budget, 1)
             if exc.kind in ("timeout", "crash", "memory", "processes", "protocol"):
@@ -110,7 +115,7 @@ class Worker:
                 str(error.get("kind", "exception")), str(error.get("message", ""))[:500],
                 line=error.get("line") if isinstance(error.get("line"), int) else None,
                 exc_type=str(error.get("type") or "")[:80] or None,
-                cls=cls, op=args.get("method", op),
+                cls=cls, op=label,
             )
         if not isinstance(reply.get("ok"), dict):
             raise SubmissionError("protocol", "malformed reply", cls=cls, op=op)
@@ -149,30 +154,50 @@ class Worker:
         self.stop()
 
     # ---- process management -----------------------------------------------------------------
-    def _ensure_started(self):
+    def start(self):
+        """Start the worker process without waiting for it: torch imports while the suite loads."""
         if self.proc is not None:
             return
         self.sandbox = Sandbox(self.source_text, self.limits, self.uid)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         out_r, out_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [self.python, "-I", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
-            stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
-            cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
-            preexec_fn=self.sandbox.preexec,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-I", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
+                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
+                cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
+                preexec_fn=self.sandbox.preexec,
+            )
+        except OSError as exc:
+            for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
+                os.close(fd)
+            self.sandbox.cleanup()
+            who = "the grader's user" if self.uid is None else f"the worker's uid {self.uid}"
+            raise WorkerSetupError(
+                f"cannot start the worker ({exc}): {who} must be able to run {self.python}. "
+                "Install Python where other users can reach it (or chmod o+x its parent folders), "
+                "or set AUTOGRADER_WORKER_UID=none to run the worker as the grader's own user."
+            ) from None
         for fd in (req_r, resp_w, out_w):
             os.close(fd)
         self.request_fd, self.response_fd, self.output_fd = req_w, resp_r, out_r
         os.set_blocking(req_w, False)
-        budget = min(self.limits.import_s, self.limits.submission_s - (time.monotonic() - self.started))
+        self.ready = False
+        self.spawned_at = time.monotonic()
+
+    def _ensure_started(self):
+        self.start()
+        if self.ready:
+            return
+        elapsed = time.monotonic() - self.spawned_at
+        budget = min(self.limits.import_s - elapsed, self.limits.submission_s - (time.monotonic() - self.started))
         try:
             ready = self._receive(time.monotonic() + budget)
         except SubmissionError as exc:
             exc.op = "import"
             if exc.kind == "timeout":
-                exc.limit = round(budget, 1)
+                exc.limit = self.limits.import_s
             self.fatal = exc
             self.stop()
             return
@@ -186,6 +211,7 @@ class Worker:
             )
             self.stop()
         else:
+            self.ready = True
             self.classes = ready.get("ok", {}).get("classes", [])
 
     def _exchange(self, message, budget):

@@ -1,0 +1,72 @@
+"""Command line: python -m autograder COMMAND ...
+
+Each command lives in the module of its stage and registers itself through register(commands);
+this file only wires them together and turns the grader's own errors into a clear message.
+"""
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from . import config as grading_config
+from .outcomes import SuiteError
+from .worker.client import WorkerSetupError
+
+
+def _add_config_options(parser):
+    parser.add_argument("--config", default=str(grading_config.DEFAULT_PATH), help="grading.yml to use")
+    parser.add_argument("--lang", choices=grading_config.LANGUAGES, help="feedback language (default: grading.yml's)")
+
+
+def cmd_grade(args):
+    from .grade import grade
+    from .summary import print_summary
+
+    config = grading_config.load(args.config, args.lang)
+    graded = grade(args.submission, config, out_dir=args.out)
+    print_summary(graded.scored, config.language)
+    if args.out:
+        print(f"results: {Path(args.out) / 'results.json'}  ({graded.seconds:.1f} s)")
+    internal = [o for o in graded.outcomes if o.code == "grader_error"]
+    if internal:
+        print(f"grader error in {len(internal)} test(s): {internal[0].params.get('error')}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_test(args):
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    return int(pytest.main([str(root / "tests"), *args.pytest_args]))
+
+
+# Modules that define register(commands) for further commands (build, batch, report, diff).
+COMMAND_MODULES = ()
+
+
+def parser():
+    main = argparse.ArgumentParser(prog="python -m autograder", description="Autograder for the attention exercise.")
+    commands = main.add_subparsers(dest="command", required=True)
+
+    grade = commands.add_parser("grade", help="grade one submission and write results.json")
+    grade.add_argument("submission", help="attention.py, a folder or .zip holding it, or a notebook")
+    grade.add_argument("--out", help="folder for results.json")
+    _add_config_options(grade)
+    grade.set_defaults(run=cmd_grade)
+
+    test = commands.add_parser("test", help="run the project's own tests (pytest tests/)")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    test.set_defaults(run=cmd_test)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name, __package__).register(commands)
+    return main
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (grading_config.ConfigError, WorkerSetupError, SuiteError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,53 @@
+"""Write results.json in Gradescope's schema, always valid and bounded in size.
+
+Only the trusted process writes it, last, after the worker is gone; it goes to a temporary
+name first and is renamed into place, so a reader never sees half a file.
+"""
+import json
+import os
+import tempfile
+from pathlib import Path
+
+MAX_OUTPUT_CHARS = 8000  # per test; Gradescope cuts fields near 100k, and results stay < 1 MB
+
+
+def _clip(text, limit=MAX_OUTPUT_CHARS):
+    return text if len(text) <= limit else text[: limit - 20] + "\n[... recortado]"
+
+
+def build(scored, *, execution_time, output="", extra_data=None):
+    earned = sum(t.score for t in scored)
+    return {
+        "score": round(earned, 4),
+        "execution_time": round(execution_time, 2),
+        "output": _clip(output, 20000),
+        "output_format": "text",
+        "test_output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "extra_data": extra_data or {},
+        "tests": [
+            {
+                "score": t.score,
+                "max_score": t.max_score,
+                "status": t.status,
+                "name": t.name,
+                "number": t.number,
+                "visibility": t.visibility,
+                "output": _clip(t.output),
+                "tags": [t.cls, t.prop],
+                "extra_data": {"outcome": t.outcome_status},
+            }
+            for t in scored
+        ],
+    }
+
+
+def write(path, data):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=".results-", dir=path.parent)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, ensure_ascii=False, indent=1)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
