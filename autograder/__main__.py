@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +19,15 @@ def _missing():
     return [name for name in REQUIRED if importlib.util.find_spec(name) is None]
 
 
+def _torch_index():
+    """PyTorch's CPU wheel index when reachable: a plain PyPI torch is the multi-GB CUDA build."""
+    try:
+        urllib.request.urlopen(TORCH_CPU_INDEX + "/", timeout=3).close()
+    except OSError:
+        return []
+    return ["--extra-index-url", TORCH_CPU_INDEX]
+
+
 def _bootstrap():
     """Create ROOT/.venv with the project installed, then re-run this command inside it."""
     venv_python = ROOT / ".venv" / "bin" / "python"
@@ -26,7 +36,7 @@ def _bootstrap():
     if not venv_python.exists():
         print(f"first use: installing the autograder and CPU torch into {ROOT / '.venv'} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(ROOT / ".venv")], check=True)
-        subprocess.run([str(venv_python), "-m", "pip", "install", "-q", "--extra-index-url", TORCH_CPU_INDEX,
+        subprocess.run([str(venv_python), "-m", "pip", "install", "-q", *_torch_index(),
                         "-e", f"{ROOT}[test]"], check=True)
     os.execv(str(venv_python), [str(venv_python), "-m", "autograder", *sys.argv[1:]])
 

@@ -1,0 +1,89 @@
+"""Benchmark: cold-start grading of one submission vs `python -c "import torch"`, side by side.
+
+Prints the wall time of each (median of N alternating runs, so both see the same machine load),
+their ratio (target: at most 2.5), and the peak resident memory of the grader's whole process
+tree, worker included (target: under 600 MiB). Not a test: run it by hand.
+
+    python tests/bench_grade.py [--runs 5] [--submission solutions/attention.py]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss(root_pid):
+    """Sum of RSS over root_pid and all its descendants, from /proc."""
+    parents, rss = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * PAGE
+    members, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in members]
+        members.update(children)
+        frontier.extend(children)
+    return sum(rss.get(pid, 0) for pid in members)
+
+
+def timed(command):
+    """Wall time of a command, and the peak RSS of its process tree (polled every 10 ms)."""
+    peak = [0]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def watch():
+        while process.poll() is None:
+            peak[0] = max(peak[0], tree_rss(process.pid))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    _, err = process.communicate()
+    elapsed = time.perf_counter() - start
+    watcher.join()
+    if process.returncode != 0:
+        sys.exit(f"{command} failed:\n{err.decode()[-2000:]}")
+    return elapsed, peak[0] / 2**20
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--submission", default=str(ROOT / "solutions" / "attention.py"))
+    args = parser.parse_args()
+    out = tempfile.mkdtemp(prefix="bench-grade-")
+    torch_cmd = [sys.executable, "-c", "import torch"]
+    grade_cmd = [sys.executable, "-m", "autograder", "grade", args.submission, "--out", out]
+    timed(torch_cmd)  # warm the page cache for both
+    timed(grade_cmd)
+    torch_times, grade_times, peaks = [], [], []
+    for _ in range(args.runs):
+        torch_times.append(timed(torch_cmd)[0])
+        seconds, peak = timed(grade_cmd)
+        grade_times.append(seconds)
+        peaks.append(peak)
+    t_torch, t_grade = statistics.median(torch_times), statistics.median(grade_times)
+    print(f"import torch      : median {t_torch:.2f} s  (runs: {', '.join(f'{t:.2f}' for t in torch_times)})")
+    print(f"grade (cold start): median {t_grade:.2f} s  (runs: {', '.join(f'{t:.2f}' for t in grade_times)})")
+    print(f"ratio grade/import: {t_grade / t_torch:.2f}  (target <= 2.5)")
+    print(f"peak RSS of the grader's process tree: {max(peaks):.0f} MiB  (target < 600 MiB)")
+
+
+if __name__ == "__main__":
+    main()
