@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIRED = ("yaml", "numpy", "pytest", "hypothesis", "rich", "torch")
+REQUIRED = ("yaml", "numpy", "pytest", "hypothesis", "rich", "jinja2", "matplotlib", "torch")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 

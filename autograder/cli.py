@@ -42,7 +42,7 @@ def cmd_test(args):
 
 
 # Modules that define register(commands) for further commands (build, batch, report, diff).
-COMMAND_MODULES = ()
+COMMAND_MODULES = (".package.build", ".cohort.batch", ".cohort.report", ".cohort.diff")
 
 
 def parser():

@@ -1,7 +1,9 @@
 """Grade one submission end to end: load → worker → property checks → outcomes → score → results.json."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +11,12 @@ from pathlib import Path
 from . import __version__, results, scoring, submission
 from .outcomes import Outcome, run_properties
 from .worker.client import Worker
-from .worker.sandbox import worker_uid
+from .worker.sandbox import protect_paths, worker_uid
+
+PROJECT = Path(__file__).resolve().parent.parent
+# Out of the worker's reach when it runs as another user: the grader (hidden suite included),
+# the scoring, the reference solution and the project's tests (whose corpus holds correct code).
+PRIVATE_PATHS = (Path(__file__).resolve().parent, PROJECT / "grading.yml", PROJECT / "solutions", PROJECT / "tests")
 
 
 @dataclass
@@ -25,19 +32,47 @@ class Graded:
         return scoring.total(self.scored)
 
 
+# What decides an outcome: the hidden suite, the worker, how outcomes are collected, and the
+# settings of grading.yml that reach them. Points, visibility and language do not.
+OUTCOME_SOURCES = ("properties/*.py", "worker/*.py", "outcomes.py")
+
+
 def suite_version(config):
-    """Grader version plus the hash of grading.yml: what a stored outcome was graded under."""
-    return __version__, hashlib.sha256(config.source.encode()).hexdigest()[:16]
+    """(grader version, hash of everything that decides outcomes): a stored outcome graded under
+    the same pair is still valid, so batch may reuse it; editing points alone changes neither."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(p for pattern in OUTCOME_SOURCES for p in package.glob(pattern)):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    settings = {
+        "max_examples": config.max_examples, "derandomize": config.derandomize, "seed": config.seed,
+        "limits": dataclasses.asdict(config.limits), "properties": sorted((p.cls, p.name) for p in config.properties),
+    }
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return __version__, digest.hexdigest()[:16]
 
 
-def collect_outcomes(path, config, slot=0):
-    """The raw outcomes of every graded property for the submission at `path`."""
+def grading_yml_hash(config):
+    """The hash of grading.yml's text: what a report or results.json was scored with."""
+    return hashlib.sha256(config.source.encode()).hexdigest()[:16]
+
+
+def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
+    """The raw outcomes of every graded property for the submission at `path`.
+
+    As root, the worker runs as another user, and PRIVATE_PATHS plus `private` (the results
+    folder) are first closed to other users, so that it can neither read nor write them.
+    worker_class builds the Worker (batch grading passes one that forks from a warm zygote).
+    """
     try:
         loaded = submission.load(path)
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
         return outcomes, None, 0.0
-    worker = Worker(loaded.source, config.limits, uid=worker_uid(slot))
+    uid = worker_uid(slot)
+    if uid is not None:
+        protect_paths([*PRIVATE_PATHS, *private])
+    worker = worker_class(loaded.source, config.limits, uid=uid)
     worker.start()  # raises WorkerSetupError (a grading-machine problem) before any test runs
     try:
         outcomes = run_properties(worker, config)
@@ -49,14 +84,14 @@ def collect_outcomes(path, config, slot=0):
 def grade(path, config, out_dir=None, slot=0, previous=None):
     """Grade and, when out_dir is given, write out_dir/results.json (last, after the worker is gone)."""
     started = time.monotonic()
-    outcomes, digest, peak = collect_outcomes(path, config, slot)
+    outcomes, digest, peak = collect_outcomes(path, config, slot, private=[out_dir] if out_dir else [])
     scored = scoring.score(outcomes, config)
     graded = Graded(outcomes, scored, time.monotonic() - started, digest, peak)
     if out_dir is not None:
-        version, grading_hash = suite_version(config)
+        version, suite_hash = suite_version(config)
         data = results.build(
             scored, execution_time=graded.seconds, output=previous or "",
-            extra_data={"grader_version": version, "grading_yml": grading_hash, "language": config.language},
+            extra_data={"grader_version": version, "suite": suite_hash, "grading_yml": grading_yml_hash(config), "language": config.language},
         )
         results.write(Path(out_dir) / "results.json", data)
     return graded

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from .properties.failures import PropertyFailure, current_example
+from .worker.client import SubmissionError, SubmissionHalted
+
 SUITE_DIR = Path(__file__).resolve().parent / "properties"
 STATUSES = ("passed", "failed", "error", "timeout")
 
@@ -38,9 +41,8 @@ class SuiteError(Exception):
 
 def _unwrap(exc):
     """Find our own failure inside hypothesis' exception groups, if it is there."""
-    from .properties.failures import PropertyFailure
-    from .worker.client import SubmissionError
-
+    if isinstance(exc, SubmissionHalted):
+        return exc.error
     if isinstance(exc, (PropertyFailure, SubmissionError)):
         return exc
     for inner in getattr(exc, "exceptions", ()):
@@ -50,17 +52,16 @@ def _unwrap(exc):
     return None
 
 
-def outcome_from_exception(cls, prop, exc):
-    from .properties.failures import PropertyFailure
+TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
 
+
+def outcome_from_exception(cls, prop, exc):
     found = _unwrap(exc)
     if isinstance(found, PropertyFailure):
         return Outcome(cls, prop, "failed", found.code, found.params, found.example)
     if found is not None:  # SubmissionError: the submission could not answer
-        from .properties.failures import _current_example
-
-        status = "timeout" if found.kind == "timeout" else "error"
-        return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), dict(_current_example))
+        status = "timeout" if found.kind in TIMEOUT_KINDS else "error"
+        return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), current_example())
     return Outcome(cls, prop, "error", "grader_error", {"error": f"{type(exc).__name__}: {exc}"[:1000]})
 
 
@@ -72,6 +73,7 @@ class Collector:
         self.config = config
         self.outcomes = {}
         self.started = {}
+        self.error = None
 
     @pytest.fixture(scope="session")
     def worker(self):
@@ -81,6 +83,17 @@ class Collector:
         config.addinivalue_line("markers", "graded(cls, prop): the graded property a test checks")
 
     def pytest_collection_modifyitems(self, session, config, items):
+        try:
+            self._check_tags(items)
+        except SuiteError as exc:  # run_properties raises it: pytest would bury it in an INTERNALERROR dump
+            self.error = exc
+            items.clear()
+            return
+        # Device checks run last: their first use of the meta device is warmed up meanwhile.
+        order = {key: (key[1] == "device", i) for i, key in enumerate((p.cls, p.name) for p in self.config.properties)}
+        items.sort(key=lambda item: order[self._key(item)])
+
+    def _check_tags(self, items):
         tagged = {}
         for item in items:
             marker = item.get_closest_marker("graded")
@@ -94,9 +107,6 @@ class Collector:
         unscored = sorted(set(tagged) - configured)
         if unscored:
             raise SuiteError(f"grading.yml has no entry for {unscored}; add them (points: 0 keeps them ungraded)")
-        # Device checks run last: their first use of the meta device is warmed up meanwhile.
-        order = {key: (key[1] == "device", i) for i, key in enumerate((p.cls, p.name) for p in self.config.properties)}
-        items.sort(key=lambda item: order[self._key(item)])
 
     @staticmethod
     def _key(item):
@@ -106,19 +116,24 @@ class Collector:
     def pytest_runtest_logstart(self, nodeid, location):
         self.started[nodeid] = time.monotonic()
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item, call):
-        if call.when == "teardown":
-            return
-        cls, prop = self._key(item)
-        if call.excinfo is not None:
-            outcome = outcome_from_exception(cls, prop, call.excinfo.value)
-        elif call.when == "call":
-            outcome = Outcome(cls, prop, "passed")
-        else:
-            return
+        """Record the outcome and hand pytest a bare report: nobody reads pytest's rendering of a
+        failure here, and formatting long tracebacks costs seconds on a file that fails often."""
+        if call.when != "teardown":
+            cls, prop = self._key(item)
+            if call.excinfo is not None:
+                self._record(item, outcome_from_exception(cls, prop, call.excinfo.value))
+            elif call.when == "call":
+                self._record(item, Outcome(cls, prop, "passed"))
+        failed = call.excinfo is not None
+        return pytest.TestReport(item.nodeid, item.location, keywords={}, when=call.when,
+                                 outcome="failed" if failed else "passed", longrepr="failed" if failed else None)
+
+    def _record(self, item, outcome):
         outcome.duration = round(time.monotonic() - self.started.get(item.nodeid, time.monotonic()), 3)
         outcome.output = self._worker.take_output()
-        self.outcomes[(cls, prop)] = outcome
+        self.outcomes[(outcome.cls, outcome.prop)] = outcome
 
 
 def hypothesis_profile(config):
@@ -143,11 +158,14 @@ def run_properties(worker, config):
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     hypothesis_profile(config)
     collector = Collector(worker, config)
-    args = [str(SUITE_DIR), "-p", "no:cacheprovider", "-p", "no:terminal", "--noconftest",
+    args = [str(SUITE_DIR), "-p", "no:cacheprovider", "-p", "no:terminal",
+            "-p", "no:unraisableexception", "-p", "no:threadexception", "--noconftest",
             "--rootdir", str(SUITE_DIR), "-c", os.devnull, "-W", "ignore"]
     if config.seed is not None:
         args += ["-p", "hypothesis.extra.pytestplugin", f"--hypothesis-seed={config.seed}"]
     code = pytest.main(args, plugins=[collector])
+    if collector.error is not None:
+        raise collector.error
     if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
         raise SuiteError(f"the property suite did not run (pytest exit code {int(code)})")
     missing = [(p.cls, p.name) for p in config.properties if (p.cls, p.name) not in collector.outcomes]

@@ -116,4 +116,10 @@ def notebook_source(text, name="notebook.ipynb"):
     except SyntaxError:
         return code  # the worker reports the syntax error with its line
     kept = [node for node in tree.body if isinstance(node, KEPT_STATEMENTS) or _is_constant_assignment(node)]
-    return "\n\n".join(ast.get_source_segment(code, node, padded=False) for node in kept) + "\n"
+    return "\n\n".join(_segment(code, node) for node in kept) + "\n"
+
+
+def _segment(code, node):
+    """A top-level statement's source, with its decorators (ast's segment starts after them)."""
+    decorators = "".join(f"@{ast.get_source_segment(code, d)}\n" for d in getattr(node, "decorator_list", ()))
+    return decorators + ast.get_source_segment(code, node, padded=False)

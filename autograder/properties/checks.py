@@ -68,6 +68,13 @@ def finite(array, what):
             count=int((~np.isfinite(array)).sum()))
 
 
+def stable(output, weights):
+    """No NaN or inf anywhere, and weight rows still sum to one (large inputs, say)."""
+    finite(output, "output")
+    finite(weights, "weights")
+    rows_sum_to_one(weights)
+
+
 def runs_on_device(attempt, device, expected_shapes):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it."""
     from ..worker.client import SubmissionError

@@ -18,9 +18,16 @@ def example(**dims):
     _current_example.update({k: _plain(v) for k, v in dims.items()})
 
 
+def current_example():
+    """The example under test now (a copy)."""
+    return dict(_current_example)
+
+
 def _plain(value):
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)  # 'nan', 'inf': valid JSON in the store, and equal to itself when regraded
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
@@ -31,7 +38,7 @@ class PropertyFailure(AssertionError):
         super().__init__(code)
         self.code = code
         self.params = {k: _plain(v) for k, v in params.items()}
-        self.example = dict(_current_example)
+        self.example = current_example()
 
 
 def require(condition, code, **params):
@@ -52,7 +59,7 @@ def as_array(value, shape, what):
 def expect_close(actual, expected, code, atol=1e-5, rtol=1e-4, **params):
     """Fail with the worst entry when two arrays differ beyond the tolerance."""
     with np.errstate(invalid="ignore"):
-        bad = ~np.isclose(actual, expected, atol=atol, rtol=rtol)
+        bad = ~np.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)  # NaN only matches NaN
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         raise PropertyFailure(

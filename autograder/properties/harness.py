@@ -7,11 +7,11 @@ import numpy as np
 
 from .failures import PropertyFailure
 
-# The contract's parameter names, per class: what the reference needs to read.
-EXPECTED_PARAMETERS = {
-    "SelfAttention": ("W_Q.weight", "W_K.weight", "W_V.weight"),
-    "MultiHeadAttention": ("W_Q.weight", "W_K.weight", "W_V.weight", "W_O.weight"),
-    "CausalSelfAttention": ("qkv.weight", "qkv.bias", "proj.weight", "proj.bias"),
+# The contract's layers, per class: what the reference reads (a missing bias counts as zero).
+CONTRACT_LAYERS = {
+    "SelfAttention": ("W_Q", "W_K", "W_V"),
+    "MultiHeadAttention": ("W_Q", "W_K", "W_V", "W_O"),
+    "CausalSelfAttention": ("qkv", "proj"),
 }
 
 
@@ -42,12 +42,21 @@ class Remote:
         self.linear_bias = info["linear_bias"]
 
     def load_random(self, rng):
-        """Draw fresh values for every parameter, load them, and return them as float64."""
-        missing = [n for n in EXPECTED_PARAMETERS[self.cls] if n not in self.param_shapes]
+        """Draw fresh values for the contract layers' parameters, load them, return them as float64.
+
+        A bias present or missing against the contract is parameter_count's business: the
+        reference uses whichever the module has. Parameters outside the contract's layers (say a
+        mask stored as a Parameter) keep the submission's own values, so that the other checks
+        still judge the student's module rather than one the grader filled with noise.
+        """
+        layers = CONTRACT_LAYERS[self.cls]
+        missing = [f"{layer}.weight" for layer in layers if f"{layer}.weight" not in self.param_shapes]
         if missing:
             raise PropertyFailure("missing_parameters", names=missing, found=sorted(self.param_shapes))
         values = {}
         for name, shape in self.param_shapes.items():
+            if name.rsplit(".", 1)[0] not in layers:
+                continue
             fan_in = shape[-1] if len(shape) > 1 else 4
             values[name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
         self.worker.call(self.cls, "set_params", handle=self.handle, params=values)

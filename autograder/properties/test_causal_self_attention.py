@@ -16,6 +16,12 @@ def build(worker, dims, dropout=0.0):
     return Remote(worker, CLS, n_embd=dims["n_embd"], n_head=dims["n_head"],
                   block_size=dims["block_size"], dropout=dropout)
 
+def loaded(worker, dims, dropout=0.0):
+    """A module with fresh random parameters: (module, its float64 parameters, the rng for inputs)."""
+    rng = rng_for(dims)
+    module = build(worker, dims, dropout)
+    return module, module.load_random(rng), rng
+
 
 def output(reply, dims):
     return reply.output(0, (dims["B"], dims["T"], dims["n_embd"]), "output")
@@ -67,9 +73,7 @@ def test_mask_buffer(worker, dims):
 @graded(CLS, "causality")
 @given(dims=causal_dims(min_time=2), data=st.data())
 def test_causality(worker, dims, data):
-    rng = rng_for(dims)
-    module = build(worker, dims)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims)
     T = dims["T"]
     position = data.draw(st.integers(1, T - 1), label="position")
     example(**dims, position=position)
@@ -89,9 +93,7 @@ def test_causality(worker, dims, data):
 @graded(CLS, "reference_match")
 @given(dims=causal_dims())
 def test_reference_match(worker, dims):
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout=0.2)
-    params = module.load_random(rng)
+    module, params, rng = loaded(worker, dims, dropout=0.2)
     x = inputs(rng, dims)
     expect_close(output(module.run(x), dims), expected(params, dims, x), "reference_mismatch",
                  what="output", masked=True)
@@ -100,18 +102,14 @@ def test_reference_match(worker, dims):
 @graded(CLS, "batch_independence")
 @given(dims=causal_dims(min_batch=2))
 def test_batch_independence(worker, dims):
-    rng = rng_for(dims)
-    module = build(worker, dims)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims)
     checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: output(r, dims))
 
 
 @graded(CLS, "eval_deterministic")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout=0.5)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
     first, second = (output(module.run(x, seed=s), dims) for s in (seed, seed + 1))
     expect_close(second, first, "eval_not_deterministic", atol=0, rtol=0, what="output")
@@ -120,9 +118,7 @@ def test_eval_deterministic(worker, dims, seed):
 @graded(CLS, "train_dropout")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_train_dropout(worker, dims, seed):
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout=0.5)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
     evaluated = output(module.run(x), dims)
     trained = output(module.run(x, train=True, seed=seed), dims)
@@ -133,18 +129,14 @@ def test_train_dropout(worker, dims, seed):
 @graded(CLS, "gradients")
 @given(dims=causal_dims(min_time=2), fused=st.booleans())
 def test_gradients(worker, dims, fused):
-    rng = rng_for(dims)
-    module = build(worker, dims)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims)
     checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), fused=fused, grad=True))
 
 
 @graded(CLS, "large_inputs")
 @given(dims=causal_dims(min_time=2))
 def test_large_inputs(worker, dims):
-    rng = rng_for(dims)
-    module = build(worker, dims)
-    module.load_random(rng)
+    module, _, rng = loaded(worker, dims)
     checks.finite(output(module.run(inputs(rng, dims, scale=1e3)), dims), "output")
 
 
@@ -177,9 +169,7 @@ def test_fused_calls_sdpa(worker, dims):
 @graded(CLS, "device")
 @given(dims=causal_dims(), fused=st.booleans())
 def test_device(worker, dims, fused):
-    rng = rng_for(dims)
-    module = build(worker, dims)
-    params = module.load_random(rng)
+    module, params, rng = loaded(worker, dims)
     x = inputs(rng, dims)
     shapes = [(dims["B"], dims["T"], dims["n_embd"])]
     checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "meta", shapes)

@@ -215,16 +215,30 @@ def serve(worker, requests, responses):
             reply = {"error": exc.payload}
         except BaseException as exc:  # student code may raise anything, SystemExit included
             reply = {"error": _student_error(exc, worker.path)}
+        send(responses, reply)
+
+
+def send(responses, reply):
+    """Flush what the submission printed, then reply: its output goes with this request's test."""
+    for stream in (sys.stdout, sys.stderr):
         try:
-            frame = wire.encode(reply)
-        except Exception as exc:
-            frame = wire.encode({"error": {"kind": "bad_output", "message": str(exc)[:300]}})
-        responses.write(frame)
-        responses.flush()
+            stream.flush()
+        except BaseException:  # the submission may have replaced or closed them
+            pass
+    try:
+        frame = wire.encode(reply)
+    except Exception as exc:
+        frame = wire.encode({"error": {"kind": "bad_output", "message": str(exc)[:300]}})
+    responses.write(frame)
+    responses.flush()
 
 
 def main():
-    request_fd, response_fd, submission = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    run(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+
+
+def run(request_fd, response_fd, submission):
+    """Import the submission, say whether it loaded, then answer requests until EOF."""
     requests = os.fdopen(request_fd, "rb", buffering=0)
     responses = os.fdopen(response_fd, "wb")
     worker = Worker(submission)
@@ -233,8 +247,7 @@ def main():
         ready = {"ok": {"classes": sorted(k for k, v in vars(worker.module).items() if isinstance(v, type))}}
     except BaseException as exc:
         ready = {"error": {**_student_error(exc, worker.path), "stage": "import"}}
-    responses.write(wire.encode(ready))
-    responses.flush()
+    send(responses, ready)
     serve(worker, requests, responses)
 
 

@@ -5,6 +5,8 @@ timeout, capped by what is left of its class's and the submission's budgets), wa
 resident memory and process count of the worker's session while it waits, and drains the
 worker's output into a capped buffer. A class that timed out or crashed the worker is marked
 dead, so its remaining tests fail at once with the same reason instead of each waiting again.
+Nothing the worker sends is believed beyond its plain values: its replies are size-capped
+frames of JSON and raw arrays, its output is kept only up to limits.output_kib per test.
 """
 import os
 import select
@@ -13,11 +15,15 @@ import subprocess
 import sys
 import time
 
-from . import wire
-from .sandbox import Sandbox
+from . import procfs, wire
+from .sandbox import Sandbox, UidUnavailable, harden_grader
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-POLL_S = 0.05
+POLL_S = 0.05  # how often a wait wakes up to drain output
+RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
+# Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
+FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memory", "processes", "protocol")
+# Error kinds the worker may report itself; anything else it sends is shown as an exception.
+WORKER_KINDS = ("missing_class", "not_implemented", "exception", "bad_output", "contract", "memory")
 
 
 class WorkerSetupError(Exception):
@@ -28,13 +34,20 @@ class SubmissionError(Exception):
     """The submission could not answer: it raised, was missing, timed out, crashed or overused.
 
     kind is one of: syntax_error, import_error, missing_class, not_implemented, exception,
-    bad_output, contract, timeout, crash, memory, processes, protocol.
+    bad_output, contract, timeout, class_budget, submission_budget, crash, memory, processes,
+    protocol; and import_timeout, import_crash, import_memory, import_processes, import_protocol
+    for the same failures while the submission is being imported (before any class is involved).
     """
 
     def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None):
         super().__init__(f"{kind}: {message}")
         self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
         self.cls, self.op, self.limit = cls, op, limit
+
+    def again(self):
+        """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
+        return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
+                               cls=self.cls, op=self.op, limit=self.limit)
 
     def as_dict(self):
         return {
@@ -43,20 +56,28 @@ class SubmissionError(Exception):
         }
 
 
-def _session_processes(session):
-    """(pid, rss_bytes) of every process in the given session, read from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session:  # field 6 of stat: the session id
-            found.append((int(entry), int(fields[21]) * PAGE))
-    return found
+class SubmissionHalted(BaseException):
+    """Carries a SubmissionError that no other input would avoid (a crash, a timeout, code not
+    written yet). Like pytest's own outcomes it is a BaseException, so hypothesis stops at once
+    instead of searching for a smaller example of a failure that does not depend on one."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
+# Failures that depend on the inputs: hypothesis shrinks them to the smallest example.
+INPUT_DEPENDENT = ("exception", "bad_output", "contract")
+
+
+def _worker_processes(session, uid=None):
+    """(pid, rss_bytes) of every process in the worker's session and, as root, of its uid.
+
+    The uid catches what left the session (setsid): as root each worker has a uid of its own,
+    so every process of that uid is the submission's.
+    """
+    return [(p.pid, p.rss) for p in procfs.processes()
+            if p.session == session or (uid is not None and p.uid == uid)]
 
 
 class Worker:
@@ -82,44 +103,65 @@ class Worker:
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
         """Send one request on behalf of class `owner` and return the worker's answer."""
+        try:
+            return self._call(owner, op, **args)
+        except SubmissionError as exc:
+            if exc.kind in INPUT_DEPENDENT:
+                raise
+            raise SubmissionHalted(exc) from None
+
+    def _call(self, owner, op, **args):
         cls = owner
         label = args.get("method") or ("__init__" if op == "build" else op)
         if self.fatal:
-            raise self.fatal
+            raise self.fatal.again()
         if cls in self.dead:
-            raise self.dead[cls]
+            raise self.dead[cls].again()
         self._ensure_started()
         if self.fatal:
-            raise self.fatal
-        budget = min(
-            self.limits.request_s,
-            self.limits.class_s - self.spent.get(cls, 0.0),
-            self.limits.submission_s - (time.monotonic() - self.started),
-        )
+            raise self.fatal.again()
+        kind, budget, limit = self._budget(cls)
         begin = time.monotonic()
         try:
             reply = self._exchange({"op": op, "args": args}, budget)
         except SubmissionError as exc:
             exc.cls, exc.op = cls, label
             if exc.kind == "timeout":
-                exc.limit = round(budget, 1)
-            if exc.kind in ("timeout", "crash", "memory", "processes", "protocol"):
+                exc.kind, exc.limit = kind, limit
+            if exc.kind in FATAL_TO_CLASS:
                 self.dead[cls] = exc
                 self.stop()
+            if exc.kind == "submission_budget":
+                self.fatal = exc
             raise
         finally:
             self.spent[cls] = self.spent.get(cls, 0.0) + time.monotonic() - begin
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
+            kind = error.get("kind") if error.get("kind") in WORKER_KINDS else "exception"
             raise SubmissionError(
-                str(error.get("kind", "exception")), str(error.get("message", ""))[:500],
+                kind, str(error.get("message", ""))[:500],
                 line=error.get("line") if isinstance(error.get("line"), int) else None,
                 exc_type=str(error.get("type") or "")[:80] or None,
-                cls=cls, op=label,
+                cls=cls, op=label, limit=self.limits.memory_mib if kind == "memory" else None,
             )
         if not isinstance(reply.get("ok"), dict):
-            raise SubmissionError("protocol", "malformed reply", cls=cls, op=op)
+            raise SubmissionError("protocol", "malformed reply", cls=cls, op=label)
         return reply["ok"]
+
+    def _budget(self, cls):
+        """(kind, seconds, limit) of the tightest deadline for the next request of class cls.
+
+        kind names the failure if that deadline passes: the request's own timeout, the class's
+        total time, or the whole submission's.
+        """
+        limits = self.limits
+        candidates = (
+            ("timeout", limits.request_s, limits.request_s),
+            ("class_budget", limits.class_s - self.spent.get(cls, 0.0), limits.class_s),
+            ("submission_budget", limits.submission_s - (time.monotonic() - self.started), limits.submission_s),
+        )
+        return min(candidates, key=lambda candidate: candidate[1])
 
     def take_output(self):
         """What the submission printed since the last call, capped to limits.output_kib."""
@@ -134,7 +176,7 @@ class Worker:
         """Kill the worker's whole session (and, as root, every process of its uid)."""
         if self.proc is None:
             return
-        for pid, _ in _session_processes(self.proc.pid):
+        for pid, _ in _worker_processes(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -143,8 +185,8 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.proc.wait()  # reaped first, so that kill_leftovers does not wait on it
         self.sandbox.kill_leftovers()
-        self.proc.wait()
         for fd in (self.request_fd, self.response_fd, self.output_fd):
             os.close(fd)
         self.sandbox.cleanup()
@@ -158,17 +200,16 @@ class Worker:
         """Start the worker process without waiting for it: torch imports while the suite loads."""
         if self.proc is not None:
             return
-        self.sandbox = Sandbox(self.source_text, self.limits, self.uid)
+        harden_grader()
+        try:
+            self.sandbox = Sandbox(self.source_text, self.limits, self.uid)
+        except UidUnavailable as exc:
+            raise WorkerSetupError(str(exc)) from None
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                [self.python, "-I", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
-                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
-                cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
-                preexec_fn=self.sandbox.preexec,
-            )
+            self.proc = self._spawn(req_r, resp_w, out_w)
         except OSError as exc:
             for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
                 os.close(fd)
@@ -182,9 +223,19 @@ class Worker:
         for fd in (req_r, resp_w, out_w):
             os.close(fd)
         self.request_fd, self.response_fd, self.output_fd = req_w, resp_r, out_r
+        self.output_open = True
         os.set_blocking(req_w, False)
         self.ready = False
         self.spawned_at = time.monotonic()
+
+    def _spawn(self, req_r, resp_w, out_w):
+        """Run child.py in the sandbox; a subclass may fork it from a warm zygote instead (zygote.py)."""
+        return subprocess.Popen(
+            [self.python, "-I", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
+            stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
+            cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
+            preexec_fn=self.sandbox.preexec,
+        )
 
     def _ensure_started(self):
         self.start()
@@ -195,8 +246,8 @@ class Worker:
         try:
             ready = self._receive(time.monotonic() + budget)
         except SubmissionError as exc:
-            exc.op = "import"
-            if exc.kind == "timeout":
+            exc.kind, exc.op = "import_" + exc.kind, "import"
+            if exc.kind == "import_timeout":
                 exc.limit = self.limits.import_s
             self.fatal = exc
             self.stop()
@@ -227,7 +278,8 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SubmissionError("timeout")
-            _, writable, _ = select.select([], [self.request_fd], [], min(remaining, POLL_S))
+            readable, writable, _ = select.select(self._outputs(), [self.request_fd], [], min(remaining, POLL_S))
+            self._drain_output(readable)
             self._check_resources()
             if writable:
                 try:
@@ -242,9 +294,8 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SubmissionError("timeout")
-            readable, _, _ = select.select([self.response_fd, self.output_fd], [], [], min(remaining, POLL_S))
-            if self.output_fd in readable:
-                self._keep_output(os.read(self.output_fd, 1 << 16))
+            readable, _, _ = select.select([self.response_fd, *self._outputs()], [], [], min(remaining, POLL_S))
+            self._drain_output(readable)
             if self.response_fd in readable:
                 chunk = os.read(self.response_fd, 1 << 20)
                 if not chunk:
@@ -263,6 +314,16 @@ class Worker:
             except wire.WireError as exc:
                 raise SubmissionError("protocol", str(exc)) from None
 
+    def _outputs(self):
+        return [self.output_fd] if self.output_open else []
+
+    def _drain_output(self, readable):
+        """Read what the worker printed; once its output is closed, stop watching it."""
+        if self.output_fd in readable:
+            chunk = os.read(self.output_fd, 1 << 16)
+            self.output_open = bool(chunk)
+            self._keep_output(chunk)
+
     def _keep_output(self, chunk):
         room = self.limits.output_kib * 1024 - len(self.output)
         self.output += chunk[: max(room, 0)]
@@ -270,10 +331,10 @@ class Worker:
 
     def _check_resources(self):
         now = time.monotonic()
-        if now - self.last_check < POLL_S:
+        if now - self.last_check < RESOURCE_CHECK_S:
             return
         self.last_check = now
-        processes = _session_processes(self.proc.pid)
+        processes = _worker_processes(self.proc.pid, self.sandbox.uid)
         rss = sum(size for _, size in processes)
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:

@@ -5,18 +5,31 @@ The submission is copied alone into an empty directory, so nothing that sat besi
 so neither that directory nor PYTHON* variables reach sys.path. When the grader runs as root the
 worker runs as an unprivileged uid of its own, without network, with its own home and temp dir:
 it cannot read the grader's files (see protect_paths), write where results go, or signal it.
+Each worker holds a lease on its uid (lease_uid), so that graders running side by side on one
+machine never share a uid, and killing one worker's leftovers can never touch another's.
 """
 import ctypes
 import os
 import resource
 import shutil
 import signal
+import socket
 import tempfile
+import time
 from pathlib import Path
+
+from . import procfs
 
 WORKER_FILES = ("child.py", "wire.py")
 CLONE_NEWNET = 0x40000000
+PR_SET_DUMPABLE = 4
 DEFAULT_BASE_UID = 61000
+LEASE_SPAN = 1000  # uids tried from the first candidate on
+KILL_WAIT_S = 2.0  # how long kill_leftovers waits for the uid's processes to be gone
+
+
+class UidUnavailable(Exception):
+    """Every uid of the lease range is held by another grader on this machine."""
 
 
 def worker_uid(slot=0):
@@ -31,8 +44,30 @@ def worker_uid(slot=0):
     return (DEFAULT_BASE_UID if setting == "auto" else int(setting)) + slot
 
 
+def lease_uid(first):
+    """Reserve a uid for one worker: (uid, lease); closing the lease frees the uid.
+
+    The lease is an abstract unix socket named after the uid: the kernel frees the name when its
+    holder exits, however it exits, so a grader that was killed never leaves a uid taken.
+    """
+    for uid in range(first, first + LEASE_SPAN):
+        lease = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            lease.bind(f"\0autograder-worker-uid-{uid}")
+        except OSError:
+            lease.close()
+            continue
+        return uid, lease
+    raise UidUnavailable(f"uids {first}..{first + LEASE_SPAN - 1} are all in use by other graders")
+
+
 def protect_paths(paths):
-    """As root, make the grader's own files unreachable for other users (chmod o-rwx)."""
+    """As root, make the grader's own files unreachable for other users (chmod o-rwx).
+
+    Only the 'other' bits of the given files and folders change, and they stay changed: a folder
+    without o+x cannot be entered, so everything below it is out of the worker's reach, while
+    the grader (root) and the files' owner keep their access.
+    """
     if os.geteuid() != 0:
         return
     for path in paths:
@@ -41,12 +76,22 @@ def protect_paths(paths):
             path.chmod(path.stat().st_mode & ~0o007)
 
 
+def harden_grader():
+    """Make the grading process non-dumpable: a same-uid worker cannot ptrace it or read its memory."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 class Sandbox:
-    """A fresh directory tree for one worker: submission/, home/, tmp/ and the worker's code."""
+    """A fresh directory tree for one worker: submission/, home/, tmp/ and the worker's code.
+
+    With a uid (root only), the sandbox leases the first free uid from there on and kills
+    whatever still runs under it (left by a grader that was itself killed) before using it.
+    """
 
     def __init__(self, source_text, limits, uid=None):
         self.limits = limits
-        self.uid = uid
+        self.uid, self.lease = lease_uid(uid) if uid is not None else (None, None)
+        self.kill_leftovers()
         self.root = Path(tempfile.mkdtemp(prefix="autograder-"))
         self.workdir = self.root / "submission"
         self.home = self.root / "home"
@@ -62,10 +107,9 @@ class Sandbox:
         self.child = code_dir / "child.py"
         self.root.chmod(0o711)
         code_dir.chmod(0o755)
-        if uid is not None:
-            for folder in (self.workdir, self.home, self.tmp):
-                os.chown(folder, uid, uid)
-            os.chown(self.submission, uid, uid)
+        if self.uid is not None:
+            for path in (self.workdir, self.home, self.tmp, self.submission):
+                os.chown(path, self.uid, self.uid)
 
     def env(self):
         return {
@@ -101,7 +145,12 @@ class Sandbox:
         os.setuid(self.uid)
 
     def kill_leftovers(self):
-        """As root, kill every process of the worker's uid: what escaped its session too."""
+        """As root, kill every process of the worker's uid: what escaped its session too.
+
+        A helper process takes the uid and sends SIGKILL to everything it may signal, again
+        until /proc shows no live process of the uid (zombies are dead already) or KILL_WAIT_S
+        has passed. kill(-1) itself cannot tell: it succeeds whenever any other process exists.
+        """
         if self.uid is None:
             return
         pid = os.fork()
@@ -109,10 +158,18 @@ class Sandbox:
             try:
                 os.setgid(self.uid)
                 os.setuid(self.uid)
-                os.kill(-1, signal.SIGKILL)
+                me = os.getpid()
+                deadline = time.monotonic() + KILL_WAIT_S
+                while time.monotonic() < deadline:
+                    os.kill(-1, signal.SIGKILL)
+                    if not any(p.uid == self.uid and p.pid != me and p.state != "Z" for p in procfs.processes()):
+                        break
+                    time.sleep(0.01)
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.lease is not None:
+            self.lease.close()

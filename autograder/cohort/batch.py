@@ -1,0 +1,215 @@
+"""python -m autograder batch SUBMISSIONS --cohort NAME: grade a whole cohort into the store.
+
+SUBMISSIONS is a folder with one submission per student (a folder, .py, .zip or .ipynb), or a
+Gradescope "Export Submissions" archive (.zip or unpacked) whose submission_metadata.yml names
+the students. The batch process only reads files (to hash them); grading happens in the
+executor's slots. A submission whose content, grader version and grading.yml are unchanged
+since it was last graded keeps that grading (unless --regrade). Each submission is stored in
+one transaction as soon as it is graded, and an interrupted batch resumes its unfinished run.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .. import config as grading_config
+from .. import submission
+from ..grade import suite_version
+from ..outcomes import Outcome
+from . import gradescope_export
+from .executor import DEFAULT_RECYCLE, DaskExecutor, GraderFailure, LocalExecutor, Task
+from .store import DEFAULT_PATH, Store, Submitter
+
+SUBMISSION_SUFFIXES = (".py", ".zip", ".ipynb")
+
+
+class BatchError(Exception):
+    """The submissions folder cannot be read as a cohort."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    path: Path
+    submitters: tuple
+
+
+@dataclass
+class Summary:
+    run_id: int = 0
+    resumed: bool = False
+    already_done: int = 0
+    graded: int = 0
+    reused: int = 0
+    unreadable: int = 0
+    failures: list = field(default_factory=list)
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def folder_entries(folder):
+    """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`."""
+    entries = []
+    for path in sorted(Path(folder).iterdir()):
+        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix in SUBMISSION_SUFFIXES):
+            continue
+        entries.append(Entry(path.name, path, (Submitter(name=path.stem),)))
+    return entries
+
+
+@contextlib.contextmanager
+def entries(path):
+    """The cohort's entries, from a Gradescope export (zip or folder) or a plain folder."""
+    path = Path(path)
+    if path.is_dir() and gradescope_export.find_metadata(path) is None:
+        yield folder_entries(path)
+        return
+    if not path.exists():
+        raise BatchError(f"{path} does not exist")
+    try:
+        with gradescope_export.Export(path) as exported:
+            yield [Entry(e.key, e.path, e.submitters) for e in exported]
+    except gradescope_export.ExportError as exc:
+        raise BatchError(f"{exc} (give a folder of submissions, or a Gradescope export)") from None
+
+
+def _load(entry, config):
+    """(content hash, Task or None, outcomes or None): read and hash a submission, running nothing."""
+    try:
+        loaded = submission.load(entry.path)
+    except submission.SubmissionUnreadable as exc:
+        digest = hashlib.sha256(json.dumps([exc.code, exc.params], sort_keys=True, default=str).encode()).hexdigest()
+        outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
+        return "unreadable:" + digest, None, outcomes
+    return hashlib.sha256(loaded.source.encode()).hexdigest(), Task(entry.key, loaded.source), None
+
+
+def _progress(console):
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def run_batch(path, cohort, store, config, executor_factory, regrade=False, console=None):
+    """Grade every entry of `path` not yet in the cohort's current run; returns a Summary."""
+    console = console or Console(stderr=True)
+    version, suite_hash = suite_version(config)
+    run, resumed = store.begin_run(cohort, version, suite_hash, config.source, Path(path).resolve(), regrade)
+    summary = Summary(run_id=run.id, resumed=resumed)
+    done = store.done_keys(run.id)
+    started = time.monotonic()
+    with entries(path) as found:
+        if not found:
+            raise BatchError(f"no submissions found in {path}")
+        summary.already_done = sum(e.key in done for e in found)
+        pending = {}
+        for entry in found:
+            if entry.key in done:
+                continue
+            content_hash, task, outcomes = _load(entry, config)
+            previous = None if regrade else store.reusable(cohort, entry.key, content_hash, version, suite_hash)
+            if previous is not None:
+                store.record_reuse(run, entry.key, entry.submitters, previous)
+                summary.reused += 1
+            elif task is None:
+                store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes)
+                summary.unreadable += 1
+            else:
+                pending[entry.key] = (entry, content_hash, task)
+        if pending:
+            _grade_pending(pending, run, store, executor_factory, summary, console)
+    summary.seconds = time.monotonic() - started
+    if not summary.failures and not summary.interrupted:
+        store.finish_run(run.id)
+    return summary
+
+
+def _grade_pending(pending, run, store, executor_factory, summary, console):
+    executor = executor_factory()
+    began = time.monotonic()
+    cancel = True
+    try:
+        with _progress(console) as progress:
+            bar = progress.add_task(f"grading ({executor.slots} slots)", total=len(pending), rate="")
+            for task, result in executor.run([task for _, _, task in pending.values()]):
+                entry, content_hash, _ = pending[task.key]
+                if isinstance(result, GraderFailure):
+                    summary.failures.append((task.key, str(result)))
+                else:
+                    store.record_grading(run, entry.key, entry.submitters, content_hash,
+                                         [Outcome(**o) for o in result.outcomes], result.seconds, result.peak_rss_mib)
+                    summary.graded += 1
+                done = summary.graded + len(summary.failures)
+                progress.update(bar, advance=1, rate=f"{60 * done / max(time.monotonic() - began, 1e-9):.1f}/min")
+        cancel = False
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        executor.close(cancel)
+
+
+def report_summary(summary, console):
+    resumed = f" (resumed; {summary.already_done} already done)" if summary.resumed else ""
+    console.print(
+        f"run {summary.run_id}{resumed}: {summary.graded} graded, {summary.reused} unchanged (kept), "
+        f"{summary.unreadable} unreadable, {len(summary.failures)} grader failures in {summary.seconds:.1f} s"
+    )
+    for key, message in summary.failures[:10]:
+        console.print(f"  [red]grader failure[/red] {key}: {message}")
+    if summary.interrupted:
+        console.print("[yellow]interrupted[/yellow]: what was graded is stored; run the same command again to go on")
+    elif summary.failures:
+        console.print("the run stays open: fix the grading machine and run the same command again")
+
+
+def cmd_batch(args):
+    config = grading_config.load(args.config, args.lang)
+    console = Console(stderr=True)
+    if args.scheduler:
+        def factory():
+            return DaskExecutor(args.scheduler, config.source)
+    else:
+        def factory():
+            return LocalExecutor(args.jobs, config.source, args.recycle)
+    store = Store(args.db)
+    try:
+        summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console)
+    except (BatchError, GraderFailure) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    report_summary(summary, console)
+    return 130 if summary.interrupted else 2 if summary.failures else 0
+
+
+def add_store_option(parser):
+    parser.add_argument("--db", default=str(DEFAULT_PATH), help=f"SQLite store (default: ./{DEFAULT_PATH})")
+
+
+def register(commands):
+    from ..cli import _add_config_options
+
+    batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
+    batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
+    batch.add_argument("--cohort", required=True, help="cohort name in the store")
+    batch.add_argument("--jobs", type=int, default=2 * (os.cpu_count() or 1),
+                       help="parallel slots (default: twice the cores; a slot waits on its worker half the time)")
+    batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")
+    batch.add_argument("--scheduler", help="Dask scheduler address: grade on that cluster (needs the dask extra)")
+    batch.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE,
+                       help="replace a slot process after this many submissions (default: %(default)s)")
+    add_store_option(batch)
+    _add_config_options(batch)
+    batch.set_defaults(run=cmd_batch)

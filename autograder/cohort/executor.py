@@ -1,0 +1,283 @@
+"""Where submissions are graded: warm slot processes on this machine, or a Dask cluster.
+
+A slot is a long-lived trusted process (pytest, hypothesis and the hidden suite imported once)
+with its own zygote of warm workers (warm.py): it grades one submission at a time through
+autograder.grade.collect_outcomes, with a slot number of its own so that parallel workers never
+share a uid. Student code runs only in the workers; a slot returns plain outcome dictionaries.
+A slot process is replaced after `recycle` submissions, so memory stays flat over a cohort,
+and whenever it dies.
+
+Executors take Task objects and yield (task, Result or GraderFailure) as grading finishes:
+LocalExecutor runs a SlotPool here; DaskExecutor sends tasks to a Dask distributed scheduler,
+where each Dask worker process grades through a SlotPool of its own, as many slots as threads.
+
+Usage of a slot process: python -m autograder.cohort.executor SLOT REQUEST_FD REPLY_FD PARENT_PID
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+PR_SET_PDEATHSIG = 1
+DEFAULT_RECYCLE = 100
+FIRST_SLOT = 1  # slot 0 (uid 61000) is what `grade` uses: a batch never shares it
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str  # the submission's key in its cohort
+    source: str  # the student's code, as autograder.submission.load read it
+
+
+@dataclass(frozen=True)
+class Result:
+    outcomes: list  # Outcome.as_dict() of every graded property
+    source_sha256: str
+    peak_rss_mib: float
+    seconds: float
+
+
+class GraderFailure(Exception):
+    """Grading could not happen (machine, suite or configuration problem): nothing to store."""
+
+
+# ---- the slot process ----------------------------------------------------------------------
+def _grade_in_slot(slot, task, config_text, worker_class, scratch):
+    """Grade one task inside a slot process; returns a JSON-ready reply."""
+    from .. import config as grading_config
+    from ..grade import collect_outcomes
+
+    grading_file = scratch / "grading.yml"
+    if not grading_file.exists() or grading_file.read_text(encoding="utf-8") != config_text:
+        grading_file.write_text(config_text, encoding="utf-8")
+    config = grading_config.load(grading_file)
+    submission_file = scratch / "attention.py"
+    submission_file.write_text(task["source"], encoding="utf-8")
+    started = time.monotonic()
+    outcomes, digest, peak = collect_outcomes(submission_file, config, slot, worker_class=worker_class)
+    return {"outcomes": [o.as_dict() for o in outcomes], "source_sha256": digest,
+            "peak_rss_mib": round(peak, 1), "seconds": round(time.monotonic() - started, 3)}
+
+
+def slot_main(slot, request_fd, reply_fd, parent):
+    """Serve grading requests (one JSON line each) until the pool closes the pipe or exits."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        return
+    from .warm import Zygote, worker_class
+
+    zygote = Zygote()
+    workers = worker_class(slot, zygote)
+    requests = os.fdopen(request_fd, "r", encoding="utf-8")
+    replies = os.fdopen(reply_fd, "w", encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory(prefix="autograder-slot-") as scratch:
+            for line in requests:
+                request = json.loads(line)
+                try:
+                    reply = {"ok": _grade_in_slot(slot, request["task"], request["config"], workers, Path(scratch))}
+                except Exception as exc:  # a grading-machine problem, reported to the batch as such
+                    reply = {"failure": f"{type(exc).__name__}: {exc}"}
+                replies.write(json.dumps(reply) + "\n")
+                replies.flush()
+    finally:
+        zygote.close()
+
+
+class Slot:
+    """The pool's side of one slot process."""
+
+    def __init__(self, number):
+        self.number = number
+        self.proc = None
+        self.done = 0
+
+    def grade(self, task, config_text):
+        if self.proc is None:
+            self._start()
+        request = {"task": {"key": task.key, "source": task.source}, "config": config_text}
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+            line = self.replies.readline()
+        except (BrokenPipeError, ValueError):
+            line = ""
+        if not line:
+            self.stop()
+            raise GraderFailure(f"grading slot {self.number} died while grading {task.key}")
+        reply = json.loads(line)
+        self.done += 1
+        if "failure" in reply:
+            raise GraderFailure(reply["failure"])
+        return Result(**reply["ok"])
+
+    def _start(self):
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autograder.cohort.executor", str(self.number), str(request_r), str(reply_w),
+             str(os.getpid())],
+            pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, cwd=PROJECT,
+        )
+        os.close(request_r)
+        os.close(reply_w)
+        self.requests = os.fdopen(request_w, "w", encoding="utf-8")
+        self.replies = os.fdopen(reply_r, "r", encoding="utf-8")
+        self.done = 0
+
+    def kill(self):
+        """Stop at once (an interrupted batch): the slot's zygote and worker die with it."""
+        proc = self.proc
+        if proc is not None:
+            proc.kill()
+
+    def stop(self):
+        if self.proc is None:
+            return
+        for stream in (self.requests, self.replies):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)  # EOF: the slot finishes and closes its zygote
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+class SlotPool:
+    """`size` slots, each fed by a thread of this process; submit() is thread-safe."""
+
+    def __init__(self, size, config_text, recycle=DEFAULT_RECYCLE, first_slot=FIRST_SLOT):
+        self.config_text = config_text
+        self.recycle = recycle
+        self.queue = queue.Queue()
+        self.slots = [Slot(first_slot + i) for i in range(size)]
+        self.threads = [threading.Thread(target=self._feed, args=(slot,), daemon=True) for slot in self.slots]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, task):
+        future = Future()
+        self.queue.put((task, future))
+        return future
+
+    def _feed(self, slot):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                slot.stop()
+                return
+            task, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(slot.grade(task, self.config_text))
+            except Exception as exc:
+                future.set_exception(exc)
+            if slot.done >= self.recycle:
+                slot.stop()
+
+    def close(self, cancel=False):
+        if cancel:
+            while True:
+                try:
+                    item = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[1].cancel()
+            for slot in self.slots:
+                slot.kill()
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
+
+
+# ---- executors -------------------------------------------------------------------------------
+def _completed(futures):
+    for future in as_completed(futures):
+        task = futures[future]
+        try:
+            yield task, future.result()
+        except GraderFailure as exc:
+            yield task, exc
+
+
+class LocalExecutor:
+    """Grade on this machine in `slots` warm slot processes."""
+
+    def __init__(self, slots, config_text, recycle=DEFAULT_RECYCLE):
+        self.pool = SlotPool(slots, config_text, recycle)
+        self.slots = slots
+
+    def run(self, tasks):
+        return _completed({self.pool.submit(task): task for task in tasks})
+
+    def close(self, cancel=False):
+        self.pool.close(cancel)
+
+
+_dask_pool = None
+_dask_pool_lock = threading.Lock()
+
+
+def dask_grade(key, source, config_text):
+    """Runs on a Dask worker: grade through that worker process's own SlotPool."""
+    global _dask_pool
+    from distributed import get_worker
+
+    with _dask_pool_lock:
+        if _dask_pool is None or _dask_pool.config_text != config_text:
+            if _dask_pool is not None:
+                _dask_pool.close()
+            _dask_pool = SlotPool(get_worker().state.nthreads, config_text)
+    result = _dask_pool.submit(Task(key, source)).result()
+    return result.__dict__
+
+
+class DaskExecutor:
+    """Send tasks to a Dask distributed scheduler; outcomes come back here to be stored."""
+
+    def __init__(self, address, config_text):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise GraderFailure("--scheduler needs Dask: pip install 'attention-autograder[dask]'") from None
+        self.client = Client(address)
+        self.config_text = config_text
+        self.slots = sum(self.client.nthreads().values())
+
+    def run(self, tasks):
+        from distributed import as_completed as dask_completed
+
+        futures = {self.client.submit(dask_grade, task.key, task.source, self.config_text, pure=False): task
+                   for task in tasks}
+        for future in dask_completed(futures):
+            task = futures[future]
+            try:
+                yield task, Result(**future.result())
+            except GraderFailure as exc:
+                yield task, exc
+
+    def close(self, cancel=False):
+        self.client.close()
+
+
+if __name__ == "__main__":
+    slot_main(*(int(arg) for arg in sys.argv[1:5]))

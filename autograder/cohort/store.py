@@ -1,0 +1,240 @@
+"""The cohort store: a SQLite file of raw outcomes, per submission and per run.
+
+It keeps what each property did (status, message code and parameters, failing example,
+duration, what the submission printed), never only points, so that reports can rescore a whole
+cohort with an edited grading.yml without running anything again.
+
+  cohorts      one row per cohort name
+  submissions  one per (cohort, key): a student's folder or file, or a Gradescope submission
+  submitters   who handed a submission in (name, email, sid); several for a group
+  runs         one per `batch` invocation: grader version, grading.yml hash and text, source
+  gradings     one per submission actually graded: content hash, versions, time, peak memory
+  outcomes     one per (grading, property), in grading.yml's order
+  run_results  which grading stands for each submission in each run (new, or reused unchanged)
+
+Each submission's grading, outcomes and run_results row are written in one transaction, so a
+batch killed at any moment leaves only whole submissions behind, and its next run resumes the
+unfinished run instead of starting over.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..outcomes import Outcome
+
+DEFAULT_PATH = Path("autograder-cohorts.sqlite")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS cohorts (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    id INTEGER PRIMARY KEY, cohort_id INTEGER NOT NULL REFERENCES cohorts(id), key TEXT NOT NULL,
+    UNIQUE (cohort_id, key));
+CREATE TABLE IF NOT EXISTS submitters (
+    submission_id INTEGER NOT NULL REFERENCES submissions(id), position INTEGER NOT NULL,
+    name TEXT NOT NULL, email TEXT NOT NULL, sid TEXT NOT NULL, PRIMARY KEY (submission_id, position));
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY, cohort_id INTEGER NOT NULL REFERENCES cohorts(id), started_at TEXT NOT NULL,
+    finished_at TEXT, grader_version TEXT NOT NULL, suite_hash TEXT NOT NULL, grading_yml TEXT NOT NULL,
+    source TEXT NOT NULL, regrade INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS gradings (
+    id INTEGER PRIMARY KEY, submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    run_id INTEGER NOT NULL REFERENCES runs(id), content_hash TEXT NOT NULL, grader_version TEXT NOT NULL,
+    suite_hash TEXT NOT NULL, seconds REAL NOT NULL, peak_rss_mib REAL NOT NULL, graded_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS gradings_by_content
+    ON gradings (submission_id, content_hash, grader_version, suite_hash);
+CREATE TABLE IF NOT EXISTS outcomes (
+    grading_id INTEGER NOT NULL REFERENCES gradings(id), position INTEGER NOT NULL,
+    cls TEXT NOT NULL, prop TEXT NOT NULL, status TEXT NOT NULL, code TEXT, params TEXT NOT NULL,
+    example TEXT NOT NULL, duration REAL NOT NULL, output TEXT NOT NULL, PRIMARY KEY (grading_id, position));
+CREATE TABLE IF NOT EXISTS run_results (
+    run_id INTEGER NOT NULL REFERENCES runs(id), submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    grading_id INTEGER NOT NULL REFERENCES gradings(id), reused INTEGER NOT NULL,
+    PRIMARY KEY (run_id, submission_id));
+"""
+
+
+class StoreError(Exception):
+    """The store lacks what was asked for: an unknown cohort or run."""
+
+
+@dataclass(frozen=True)
+class Submitter:
+    name: str = ""
+    email: str = ""
+    sid: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    cohort: str
+    started_at: str
+    finished_at: str | None
+    grader_version: str
+    suite_hash: str
+    source: str
+    regrade: bool
+
+
+@dataclass
+class StoredResult:
+    """A submission's result in one run: who handed it in, and the raw outcomes it got."""
+
+    key: str
+    submitters: list
+    outcomes: list
+    content_hash: str
+    grading_id: int
+    reused: bool
+    seconds: float = 0.0
+    peak_rss_mib: float = 0.0
+
+
+def _now():
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Store:
+    def __init__(self, path=DEFAULT_PATH):
+        self.path = Path(path)
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # a killed process loses nothing committed
+        self.db.execute("PRAGMA foreign_keys=ON")
+        with self.db:
+            self.db.executescript(SCHEMA)
+
+    def close(self):
+        self.db.close()
+
+    # ---- cohorts and runs ---------------------------------------------------------------------
+    def cohort_id(self, name, create=False):
+        row = self.db.execute("SELECT id FROM cohorts WHERE name = ?", (name,)).fetchone()
+        if row:
+            return row[0]
+        if not create:
+            raise StoreError(f"no cohort named {name!r} in {self.path}")
+        with self.db:
+            return self.db.execute("INSERT INTO cohorts (name, created_at) VALUES (?, ?)", (name, _now())).lastrowid
+
+    def begin_run(self, cohort, grader_version, suite_hash, grading_yml, source, regrade):
+        """(run, resumed): the cohort's unfinished run under the same grader and suite, or a new one."""
+        cohort_id = self.cohort_id(cohort, create=True)
+        row = self.db.execute(
+            "SELECT id FROM runs WHERE cohort_id = ? AND finished_at IS NULL AND grader_version = ? AND suite_hash = ?"
+            " ORDER BY id DESC LIMIT 1", (cohort_id, grader_version, suite_hash)).fetchone()
+        if row:
+            return self.run(cohort, row[0]), True
+        with self.db:
+            run_id = self.db.execute(
+                "INSERT INTO runs (cohort_id, started_at, grader_version, suite_hash, grading_yml, source, regrade)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (cohort_id, _now(), grader_version, suite_hash, grading_yml, str(source), int(regrade))).lastrowid
+        return self.run(cohort, run_id), False
+
+    def finish_run(self, run_id):
+        with self.db:
+            self.db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (_now(), run_id))
+
+    def runs(self, cohort):
+        rows = self.db.execute(
+            "SELECT id, started_at, finished_at, grader_version, suite_hash, source, regrade FROM runs"
+            " WHERE cohort_id = ? ORDER BY id", (self.cohort_id(cohort),)).fetchall()
+        return [Run(r[0], cohort, *r[1:6], bool(r[6])) for r in rows]
+
+    def run(self, cohort, run_id=None):
+        """A run of the cohort: the given one, or the latest."""
+        runs = self.runs(cohort)
+        if not runs:
+            raise StoreError(f"cohort {cohort!r} has no runs yet")
+        if run_id is None:
+            return runs[-1]
+        for run in runs:
+            if run.id == run_id:
+                return run
+        raise StoreError(f"cohort {cohort!r} has no run {run_id}; its runs: {[r.id for r in runs]}")
+
+    # ---- recording -----------------------------------------------------------------------------
+    def done_keys(self, run_id):
+        """Keys of the submissions that already have a result in this run."""
+        rows = self.db.execute(
+            "SELECT s.key FROM run_results r JOIN submissions s ON s.id = r.submission_id WHERE r.run_id = ?",
+            (run_id,))
+        return {row[0] for row in rows}
+
+    def reusable(self, cohort, key, content_hash, grader_version, suite_hash):
+        """The latest grading of this very content under the same grader and suite, if any."""
+        row = self.db.execute(
+            "SELECT g.id FROM gradings g JOIN submissions s ON s.id = g.submission_id"
+            " WHERE s.cohort_id = ? AND s.key = ? AND g.content_hash = ? AND g.grader_version = ? AND g.suite_hash = ?"
+            " ORDER BY g.id DESC LIMIT 1",
+            (self.cohort_id(cohort), key, content_hash, grader_version, suite_hash)).fetchone()
+        return row[0] if row else None
+
+    def _submission(self, run, key, submitters):
+        """Insert or find the submission and refresh its submitters (inside the caller's transaction)."""
+        cohort_id = self.cohort_id(run.cohort)
+        self.db.execute("INSERT OR IGNORE INTO submissions (cohort_id, key) VALUES (?, ?)", (cohort_id, key))
+        submission_id = self.db.execute(
+            "SELECT id FROM submissions WHERE cohort_id = ? AND key = ?", (cohort_id, key)).fetchone()[0]
+        self.db.execute("DELETE FROM submitters WHERE submission_id = ?", (submission_id,))
+        self.db.executemany(
+            "INSERT INTO submitters (submission_id, position, name, email, sid) VALUES (?, ?, ?, ?, ?)",
+            [(submission_id, i, s.name, s.email, s.sid) for i, s in enumerate(submitters)])
+        return submission_id
+
+    def record_grading(self, run, key, submitters, content_hash, outcomes, seconds=0.0, peak_rss_mib=0.0):
+        """Store a new grading of one submission, all of it or nothing (one transaction)."""
+        with self.db:
+            submission_id = self._submission(run, key, submitters)
+            grading_id = self.db.execute(
+                "INSERT INTO gradings (submission_id, run_id, content_hash, grader_version, suite_hash, seconds,"
+                " peak_rss_mib, graded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (submission_id, run.id, content_hash, run.grader_version, run.suite_hash, seconds, peak_rss_mib,
+                 _now())).lastrowid
+            self.db.executemany(
+                "INSERT INTO outcomes (grading_id, position, cls, prop, status, code, params, example, duration, output)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(grading_id, i, o.cls, o.prop, o.status, o.code, json.dumps(o.params, ensure_ascii=False),
+                  json.dumps(o.example, ensure_ascii=False), o.duration, o.output) for i, o in enumerate(outcomes)])
+            self.db.execute("INSERT INTO run_results (run_id, submission_id, grading_id, reused) VALUES (?, ?, ?, 0)",
+                            (run.id, submission_id, grading_id))
+        return grading_id
+
+    def record_reuse(self, run, key, submitters, grading_id):
+        """Let an earlier grading of unchanged content stand for this submission in this run."""
+        with self.db:
+            submission_id = self._submission(run, key, submitters)
+            self.db.execute("INSERT INTO run_results (run_id, submission_id, grading_id, reused) VALUES (?, ?, ?, 1)",
+                            (run.id, submission_id, grading_id))
+
+    # ---- reading ---------------------------------------------------------------------------------
+    def results(self, run):
+        """Every submission's StoredResult in a run, sorted by key, outcomes rebuilt as Outcome."""
+        rows = self.db.execute(
+            "SELECT s.id, s.key, g.id, g.content_hash, g.seconds, g.peak_rss_mib, r.reused FROM run_results r"
+            " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
+            " WHERE r.run_id = ? ORDER BY s.key", (run.id,)).fetchall()
+        results = []
+        for submission_id, key, grading_id, content_hash, seconds, peak, reused in rows:
+            submitters = [Submitter(*s) for s in self.db.execute(
+                "SELECT name, email, sid FROM submitters WHERE submission_id = ? ORDER BY position", (submission_id,))]
+            outcomes = [
+                Outcome(cls, prop, status, code, json.loads(params), json.loads(example), duration, output)
+                for cls, prop, status, code, params, example, duration, output in self.db.execute(
+                    "SELECT cls, prop, status, code, params, example, duration, output FROM outcomes"
+                    " WHERE grading_id = ? ORDER BY position", (grading_id,))
+            ]
+            results.append(StoredResult(key, submitters, outcomes, content_hash, grading_id, bool(reused), seconds, peak))
+        return results
+
+    def count(self, table):
+        """Rows in one of the store's tables (for summaries and checks)."""
+        if table not in ("cohorts", "submissions", "submitters", "runs", "gradings", "outcomes", "run_results"):
+            raise ValueError(f"unknown table {table!r}")
+        return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]

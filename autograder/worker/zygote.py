@@ -1,0 +1,139 @@
+"""The zygote: a warm parent for workers, which imports torch once and forks one worker per submission.
+
+Batch grading starts one zygote per parallel slot (autograder/cohort/warm.py is its trusted-side
+handle) as `python -I zygote.py CONTROL_FD`, in the same sandbox environment as a worker. It
+imports child.py (torch, numpy, wire) and exercises the operations an attention module uses, so
+that each worker it forks starts with torch loaded and its kernels initialised instead of paying
+for that again. The zygote itself never runs student code: on each request it forks, and the
+fork takes the sandbox the grader prepared (new session, its directory and environment, the
+same rlimits and privilege drop as sandbox.Sandbox.preexec) before it imports the submission and
+serves child.py's protocol. A fork is thus as isolated as a worker started from scratch, and
+every submission gets a fresh fork of a process that no submission has touched.
+
+Control protocol (a SOCK_SEQPACKET socket; one JSON datagram per message, fds by SCM_RIGHTS):
+  zygote -> grader  {"ready": true} once warm
+  fork  {workdir, submission, env, uid, limits} + fds [request_r, response_w, output_w] -> {"pid": N}
+  wait  {pid, timeout (seconds or null)} -> {"returncode": int, or null if still running}
+"""
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(HERE))  # where `autograder` is: sandbox.py imports relatively
+PR_SET_PDEATHSIG = 1
+MAX_MESSAGE = 1 << 16
+
+
+def warm_up(worker):
+    """Initialise the torch kernels that attention code uses, forward and backward, with no module of ours left over.
+
+    Runs child.py's own request paths on a plain nn.Linear (build, describe, load parameters,
+    call with gradients and the SDPA counter, the meta device), then the functional operations.
+    """
+    import numpy as np
+
+    torch = worker.torch
+    worker.module = types.SimpleNamespace(Linear=torch.nn.Linear)
+    handle = worker.op_build("Linear", {"in_features": 8, "out_features": 8})["handle"]
+    worker.op_set_params(handle, {"weight": np.eye(8, dtype=np.float32), "bias": np.zeros(8, np.float32)})
+    x = np.ones((2, 3, 8), np.float32)
+    for device in ("cpu", "meta"):
+        worker.op_call(handle, "forward", args=[x], grad=device == "cpu", trace_sdpa=True, device=device)
+    worker.module, worker.instances = None, {}
+
+    q = torch.randn(2, 2, 5, 4, requires_grad=True)
+    mask = torch.tril(torch.ones(5, 5)).view(1, 1, 5, 5)
+    scores = (q @ q.transpose(-2, -1)) / 2.0
+    weights = torch.nn.functional.dropout(torch.softmax(scores.masked_fill(mask == 0, float("-inf")), dim=-1), 0.1)
+    out = torch.einsum("bhij,bhjd->bhid", weights, q).transpose(1, 2).contiguous().reshape(2, 5, 8)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    (out.sum() + fused.sum()).backward()
+
+
+def become_worker(request, fds):
+    """In the fork: take the sandbox the grader prepared, then serve one submission until EOF."""
+    import child
+    from autograder.worker import sandbox
+
+    request_fd, response_fd, output_fd = fds
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    for name in os.listdir("/proc/self/fd"):  # the control socket above all: no way back to the zygote
+        if int(name) not in (0, 1, 2, request_fd, response_fd):
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+    os.chdir(request["workdir"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None  # gettempdir() then reads the sandbox's TMPDIR
+    sys.path[:] = [entry for entry in sys.path if entry not in (HERE, PACKAGE_ROOT)]  # child.py added HERE too
+    sandbox.Sandbox.preexec(types.SimpleNamespace(limits=types.SimpleNamespace(**request["limits"]), uid=request["uid"]))
+    child.run(request_fd, response_fd, request["submission"])
+
+
+def wait(pid, timeout):
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def serve(control):
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+        except OSError:
+            return
+        if not data:
+            return  # the grader is gone
+        request = json.loads(data)
+        if request["op"] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    control.close()
+                    become_worker(request, fds)
+                    os._exit(0)
+                finally:
+                    os._exit(1)
+            for fd in fds:
+                os.close(fd)
+            reply = {"pid": pid}
+        else:
+            reply = {"returncode": wait(request["pid"], request["timeout"])}
+        control.send(json.dumps(reply).encode())
+
+
+def main():
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    control = socket.socket(fileno=int(sys.argv[1]))
+    sys.path[:0] = [HERE, PACKAGE_ROOT]
+    import child
+    from autograder.worker import sandbox  # noqa: F401  (loaded before any fork, like child)
+
+    warm_up(child.Worker(os.devnull))
+    control.send(json.dumps({"ready": True}).encode())
+    serve(control)
+
+
+if __name__ == "__main__":
+    main()

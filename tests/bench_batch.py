@@ -1,0 +1,103 @@
+"""Throughput and memory of batch grading: a script that prints figures, not a test.
+
+    python tests/bench_batch.py --count 500 --jobs 4 [--mix correct,buggy,stub]
+
+Builds COUNT distinct submissions (the corpus's correct and buggy variants and the empty stub,
+each made unique by a trailing comment so that nothing is skipped as unchanged), grades them
+with `batch` into a fresh store, and prints submissions per minute plus the resident memory of
+the whole grading process tree (batch process, slots, zygotes, workers) sampled while it runs,
+so that growth over the cohort shows.
+"""
+import argparse
+import itertools
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autograder import config as grading_config  # noqa: E402
+from autograder.cohort import batch  # noqa: E402
+from autograder.cohort.executor import LocalExecutor  # noqa: E402
+from autograder.cohort.store import Store  # noqa: E402
+from bench_grade import tree_rss  # noqa: E402  (tests/ is this script's folder)
+
+KINDS = {
+    "correct": [ROOT / "solutions" / "attention.py", *sorted((ROOT / "tests/submissions/correct").glob("*.py"))],
+    "buggy": sorted((ROOT / "tests/submissions/buggy").glob("*.py")),
+    "stub": [ROOT / "assignments" / "attention" / "attention.py"],
+}
+
+
+def _tree_cpu():
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def make_cohort(folder, count, kinds):
+    sources = list(itertools.chain.from_iterable(KINDS[k] for k in kinds))
+    for i, path in zip(range(count), itertools.cycle(sources)):
+        (folder / f"s{i:04d}.py").write_text(path.read_text(encoding="utf-8") + f"\n# submission {i}\n", encoding="utf-8")
+
+
+class Sampler(threading.Thread):
+    def __init__(self, interval=2.0):
+        super().__init__(daemon=True)
+        self.samples, self.interval, self.stop = [], interval, threading.Event()
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            self.samples.append((time.monotonic(), tree_rss(os.getpid()) / 2**20))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=60)
+    parser.add_argument("--jobs", type=int, default=2 * os.cpu_count(), help="slots (batch's default)")
+    parser.add_argument("--mix", default="correct,stub", help=f"comma-separated of {sorted(KINDS)}")
+    parser.add_argument("--recycle", type=int, default=100)
+    args = parser.parse_args()
+    config = grading_config.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "cohort"
+        folder.mkdir()
+        make_cohort(folder, args.count, args.mix.split(","))
+        store = Store(Path(tmp) / "bench.sqlite")
+        sampler = Sampler()
+        sampler.start()
+        cpu_before = _tree_cpu()
+        started = time.monotonic()
+        summary = batch.run_batch(folder, "bench", store, config,
+                                  lambda: LocalExecutor(args.jobs, config.source, args.recycle))
+        wall = time.monotonic() - started
+        cpu = _tree_cpu() - cpu_before  # every slot, zygote and worker has been reaped by now
+        sampler.stop.set()
+        gradings = store.count("gradings")
+        seconds = [row[0] for row in store.db.execute("SELECT seconds FROM gradings")]
+        store.close()
+    rss = [mib for _, mib in sampler.samples]
+    print(f"submissions: {args.count} ({args.mix}), slots: {args.jobs}, load average now: "
+          f"{os.getloadavg()[0]:.2f} (other processes share these cores)")
+    print(f"graded: {summary.graded}, grader failures: {len(summary.failures)}, stored gradings: {gradings}")
+    print(f"wall: {wall:.1f} s  ->  {60 * summary.graded / wall:.1f} submissions/minute (slot start-up included)")
+    if not seconds:
+        sys.exit(f"nothing was graded; first failure: {summary.failures[:1]}")
+    print(f"median grading wall time in a slot: {statistics.median(seconds):.2f} s per submission")
+    per = cpu / max(summary.graded, 1)
+    cores = os.cpu_count()
+    print(f"CPU of the whole tree: {cpu:.1f} s = {per:.2f} s per submission  ->  at most {60 * cores / per:.1f} "
+          f"submissions/minute on {cores} otherwise idle cores")
+    if rss:
+        tenth = max(len(rss) // 10, 1)
+        print(f"process-tree RSS (MiB): first 10% of samples median {statistics.median(rss[:tenth]):.0f}, "
+              f"last 10% median {statistics.median(rss[-tenth:]):.0f}, peak {max(rss):.0f}, samples {len(rss)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Batch grading: real submissions graded by warm slots into the store, skipped when unchanged,
+resumed after kill -9 without loss or duplicates, and forks that stay isolated from each other."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import config as grading_config
+from autograder.cohort import batch
+from autograder.cohort.executor import LocalExecutor
+from autograder.cohort.store import Store
+from autograder.grade import collect_outcomes
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = grading_config.load()
+SOLUTION = (ROOT / "solutions" / "attention.py").read_text(encoding="utf-8")
+STUB = (ROOT / "assignments" / "attention" / "attention.py").read_text(encoding="utf-8")
+NO_SCALING = ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py"
+
+
+def local(jobs=2):
+    return lambda: LocalExecutor(jobs, CONFIG.source)
+
+
+def passed(result):
+    return {(o.cls, o.prop) for o in result.outcomes if o.status == "passed"}
+
+
+def raw(outcomes):
+    """What decides a score: everything but the durations."""
+    return [(o.cls, o.prop, o.status, o.code, o.params, o.example) for o in outcomes]
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cohort")
+    (folder / "ana").mkdir()
+    (folder / "ana" / "attention.py").write_text(SOLUTION, encoding="utf-8")
+    (folder / "luis.py").write_text(NO_SCALING.read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "stub.py").write_text(STUB, encoding="utf-8")
+    (folder / "bad.zip").write_bytes(b"this is not a zip")
+    store = Store(folder.parent / "cohort.sqlite")
+    summary = batch.run_batch(folder, "c", store, CONFIG, local())
+    yield folder, store, summary, {r.key: r for r in store.results(store.run("c"))}
+    store.close()
+
+
+def test_batch_grades_every_submission(cohort):
+    _, _, summary, results = cohort
+    assert (summary.graded, summary.unreadable, summary.reused, summary.failures) == (3, 1, 0, [])
+    everything = {(p.cls, p.name) for p in CONFIG.properties}
+    assert passed(results["ana"]) == everything
+    assert passed(results["stub.py"]) == set()
+    lost = everything - passed(results["luis.py"])
+    assert {("SelfAttention", "scale"), ("SelfAttention", "reference_match")} <= lost
+    assert {cls for cls, _ in lost} == {"SelfAttention"}
+    assert {(o.status, o.code) for o in results["bad.zip"].outcomes} == {("error", "load.bad_zip")}
+    assert results["ana"].peak_rss_mib > 0 and results["ana"].seconds > 0
+
+
+def test_forked_worker_gives_what_a_fresh_worker_gives(cohort):
+    folder, _, _, results = cohort
+    fresh, digest, _ = collect_outcomes(folder / "luis.py", CONFIG, slot=7)
+    assert raw(fresh) == raw(results["luis.py"].outcomes)
+    assert digest == results["luis.py"].content_hash
+
+
+def test_unchanged_submissions_are_kept_and_changed_ones_regraded(cohort):
+    folder, store, _, first = cohort
+    gradings = store.count("gradings")
+    again = batch.run_batch(folder, "c", store, CONFIG, local())
+    assert (again.graded, again.reused, again.resumed) == (0, 4, False)
+    assert store.count("gradings") == gradings
+    kept = {r.key: r for r in store.results(store.run("c"))}
+    assert all(kept[k].reused and raw(kept[k].outcomes) == raw(first[k].outcomes) for k in first)
+
+    (folder / "stub.py").write_text(STUB + "\n# edited\n", encoding="utf-8")
+    changed = batch.run_batch(folder, "c", store, CONFIG, local())
+    assert (changed.graded, changed.reused) == (1, 3)
+    assert store.count("gradings") == gradings + 1
+
+
+def make_stubs(folder, count):
+    folder.mkdir()
+    for i in range(count):
+        (folder / f"s{i}.py").write_text(STUB + f"\n# {i}\n", encoding="utf-8")
+
+
+def test_kill_9_then_rerun_loses_and_duplicates_nothing(tmp_path):
+    folder, db = tmp_path / "cohort", tmp_path / "store.sqlite"
+    make_stubs(folder, 3)
+    command = [sys.executable, "-m", "autograder", "batch", str(folder), "--cohort", "k", "--db", str(db), "--jobs", "1"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    committed = 0
+    while committed == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if db.exists():
+            store = Store(db)
+            committed = store.count("gradings")
+            store.close()
+    assert committed > 0 and proc.poll() is None, "the batch should still be running after its first commit"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    store = Store(db)
+    interrupted = store.count("gradings")
+    assert 1 <= interrupted < 3 and store.runs("k")[-1].finished_at is None
+    summary = batch.run_batch(folder, "k", store, CONFIG, local())
+    assert summary.resumed and summary.already_done == interrupted and summary.graded == 3 - interrupted
+    assert store.count("gradings") == 3 and store.count("run_results") == 3 and store.count("submissions") == 3
+    assert store.count("outcomes") == 3 * len(CONFIG.properties)
+    assert [r.id for r in store.runs("k")] == [summary.run_id] and store.runs("k")[0].finished_at
+
+    regraded = batch.run_batch(folder, "k", store, CONFIG, local(), regrade=True)
+    assert (regraded.graded, regraded.reused, regraded.resumed) == (3, 0, False)
+    first, second = (store.results(run) for run in store.runs("k"))
+    assert [raw(a.outcomes) for a in first] == [raw(b.outcomes) for b in second]
+    assert store.count("gradings") == 6
+    store.close()
+
+
+HOSTILE = SOLUTION + """
+import torch
+torch.softmax = lambda x, dim=-1, **kw: x
+torch.nn.functional.softmax = torch.softmax
+torch.Tensor.softmax = lambda self, dim=-1, **kw: self
+"""
+
+
+def test_a_submission_cannot_reach_the_next_one_in_its_slot(tmp_path):
+    folder = tmp_path / "cohort"
+    folder.mkdir()
+    (folder / "a_hostile.py").write_text(HOSTILE, encoding="utf-8")
+    (folder / "b_correct.py").write_text(SOLUTION, encoding="utf-8")
+    store = Store(tmp_path / "store.sqlite")
+    batch.run_batch(folder, "h", store, CONFIG, local(jobs=1))  # one slot: b is forked right after a
+    results = {r.key: r for r in store.results(store.run("h"))}
+    store.close()
+    everything = {(p.cls, p.name) for p in CONFIG.properties}
+    assert passed(results["a_hostile.py"]) != everything
+    assert passed(results["b_correct.py"]) == everything

@@ -1,0 +1,144 @@
+"""The cohort store and the readers of a cohort's submissions (no grading here)."""
+import sqlite3
+import zipfile
+
+import pytest
+import yaml
+
+from autograder.cohort import batch, gradescope_export
+from autograder.cohort.store import Store, StoreError, Submitter
+from autograder.outcomes import Outcome
+
+OUTCOMES = [
+    Outcome("SelfAttention", "shapes", "passed", duration=0.5),
+    Outcome("SelfAttention", "scale", "failed", "scale_mismatch", {"expected": 0.25, "found": 1.0},
+            {"d_model": 8, "texto": "ñandú"}, 1.25, "impreso\n"),
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "cohort.sqlite")
+    yield store
+    store.close()
+
+
+def begin(store, cohort="c", suite="s1", regrade=False):
+    return store.begin_run(cohort, "0.1.0", suite, "grading: yml", "/submissions", regrade)
+
+
+def test_outcomes_round_trip_exactly(store):
+    run, resumed = begin(store)
+    assert not resumed
+    people = [Submitter("Ana Pérez", "ana@example.edu", "2024001"), Submitter("Luis", "luis@example.edu", "7")]
+    store.record_grading(run, "ana", people, "hash-a", OUTCOMES, 4.5, 300.0)
+    [result] = store.results(run)
+    assert result.key == "ana" and result.submitters == people and not result.reused
+    assert result.outcomes == OUTCOMES
+    assert (result.seconds, result.peak_rss_mib) == (4.5, 300.0)
+
+
+def test_unfinished_run_is_resumed_and_finished_one_is_not(store):
+    run, _ = begin(store)
+    store.record_grading(run, "ana", [], "hash-a", OUTCOMES)
+    again, resumed = begin(store)
+    assert resumed and again.id == run.id
+    assert store.done_keys(run.id) == {"ana"}
+    other_suite, resumed = begin(store, suite="s2")
+    assert not resumed and other_suite.id != run.id
+    store.finish_run(other_suite.id)
+    store.finish_run(run.id)
+    fresh, resumed = begin(store)
+    assert not resumed and fresh.id not in (run.id, other_suite.id)
+    assert store.done_keys(fresh.id) == set()
+
+
+def test_reuse_needs_same_content_grader_and_suite(store):
+    run, _ = begin(store)
+    grading = store.record_grading(run, "ana", [], "hash-a", OUTCOMES)
+    assert store.reusable("c", "ana", "hash-a", "0.1.0", "s1") == grading
+    assert store.reusable("c", "ana", "hash-b", "0.1.0", "s1") is None
+    assert store.reusable("c", "ana", "hash-a", "0.2.0", "s1") is None
+    assert store.reusable("c", "ana", "hash-a", "0.1.0", "s2") is None
+    assert store.reusable("c", "luis", "hash-a", "0.1.0", "s1") is None
+    store.finish_run(run.id)
+    second, _ = begin(store)
+    store.record_reuse(second, "ana", [Submitter("Ana")], grading)
+    [result] = store.results(second)
+    assert result.reused and result.grading_id == grading and result.outcomes == OUTCOMES
+    assert store.count("gradings") == 1 and store.count("run_results") == 2
+
+
+def test_a_submission_is_stored_whole_or_not_at_all(store):
+    run, _ = begin(store)
+    unstorable = [OUTCOMES[0], Outcome("SelfAttention", "scale", "failed", "x", {"value": object()})]
+    with pytest.raises(TypeError):
+        store.record_grading(run, "ana", [Submitter("Ana")], "hash-a", unstorable)
+    assert [store.count(t) for t in ("submissions", "gradings", "outcomes", "run_results")] == [0, 0, 0, 0]
+    with pytest.raises(sqlite3.IntegrityError):  # a submission has one result per run
+        store.record_grading(run, "ana", [], "hash-a", OUTCOMES)
+        store.record_grading(run, "ana", [], "hash-a", OUTCOMES)
+    assert store.count("gradings") == 1 and store.count("outcomes") == len(OUTCOMES)
+
+
+def test_unknown_cohort_or_run_is_a_clear_error(store):
+    with pytest.raises(StoreError, match="no cohort"):
+        store.run("nobody")
+    run, _ = begin(store)
+    with pytest.raises(StoreError, match="no run 99"):
+        store.run("c", 99)
+    assert store.run("c").id == run.id
+
+
+def write_export(root, metadata):
+    root.mkdir(parents=True)
+    (root / "submission_metadata.yml").write_text(yaml.safe_dump(metadata, allow_unicode=True), encoding="utf-8")
+    for folder in metadata:
+        (root / folder).mkdir()
+        (root / folder / "attention.py").write_text("class SelfAttention: pass\n")
+
+
+METADATA = {
+    "submission_101": {":submitters": [{":name": "Ana Pérez", ":sid": "2024001", ":email": "ana@example.edu"},
+                                       {":name": "Luis Soto", ":sid": 7, ":email": "luis@example.edu"}],
+                       ":created_at": "2026-03-01 10:00:00", ":score": 10.0},
+    "submission_202": {"submitters": [{"name": "Marta", "sid": "3", "email": "m@example.edu"}]},
+}
+
+
+def test_gradescope_export_folder_and_zip(tmp_path):
+    root = tmp_path / "assignment_1_export"
+    write_export(root, METADATA)
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in root.rglob("*"):
+            handle.write(path, path.relative_to(tmp_path))
+    for given in (root, tmp_path, archive):  # the export folder, the folder above it, the zip
+        with batch.entries(given) as found:
+            assert [e.key for e in found] == ["submission_101", "submission_202"]
+            assert found[0].submitters == (Submitter("Ana Pérez", "ana@example.edu", "2024001"),
+                                           Submitter("Luis Soto", "luis@example.edu", "7"))
+            assert found[1].submitters == (Submitter("Marta", "m@example.edu", "3"),)
+            assert (found[0].path / "attention.py").is_file()
+
+
+def test_a_plain_folder_has_one_entry_per_student(tmp_path):
+    (tmp_path / "ana").mkdir()
+    (tmp_path / "luis.py").write_text("")
+    (tmp_path / "marta.ipynb").write_text("{}")
+    (tmp_path / "pablo.zip").write_bytes(b"")
+    (tmp_path / ".hidden.py").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    with batch.entries(tmp_path) as found:
+        assert [(e.key, e.submitters[0].name) for e in found] == [
+            ("ana", "ana"), ("luis.py", "luis"), ("marta.ipynb", "marta"), ("pablo.zip", "pablo")]
+
+
+def test_unreadable_archive_is_a_batch_error(tmp_path):
+    bad = tmp_path / "cohort.zip"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(batch.BatchError):
+        with batch.entries(bad):
+            pass
+    with pytest.raises(gradescope_export.ExportError):
+        gradescope_export.read(tmp_path / "missing.yml")

@@ -1,0 +1,142 @@
+"""grading.yml: validation of every section, and scoring that follows it with no code change."""
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder import config as grading_config
+from autograder import results, scoring
+from autograder.config import ConfigError
+from autograder.outcomes import SuiteError, run_properties
+
+NO_SCALING = Path(__file__).resolve().parent / "submissions" / "buggy" / "sa_no_scaling.py"
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """write_config(edit): a copy of the shipped grading.yml, changed by edit(data), loaded."""
+
+    def write(edit, language=None):
+        data = yaml.safe_load(grading_config.DEFAULT_PATH.read_text(encoding="utf-8"))
+        edit(data)
+        path = tmp_path / "grading.yml"
+        path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+        return grading_config.load(path, language)
+
+    return write
+
+
+def test_shipped_config_loads(grading):
+    assert grading.language == "es"
+    assert len(grading.properties) == len({(p.cls, p.name) for p in grading.properties}) > 30
+    assert {p.cls for p in grading.properties} == set(grading_config.CLASSES)
+    assert grading.max_score == sum(p.points for p in grading.properties) > 0
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        grading_config.load(tmp_path / "nope.yml")
+
+
+def test_unknown_class(write_config):
+    with pytest.raises(ConfigError, match="unknown class 'SelfAtention'"):
+        write_config(lambda d: d["classes"].update(SelfAtention={"shapes": {"points": 1}}))
+
+
+def test_bad_visibility(write_config):
+    with pytest.raises(ConfigError, match="SelfAttention.scale: visibility"):
+        write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(visibility="secret"))
+
+
+@pytest.mark.parametrize("points", [-1, "two", True])
+def test_points_must_be_a_non_negative_number(write_config, points):
+    with pytest.raises(ConfigError, match="SelfAttention.scale.points"):
+        write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(points=points))
+
+
+def test_property_without_points(write_config):
+    with pytest.raises(ConfigError, match="needs 'points'"):
+        write_config(lambda d: d["classes"]["SelfAttention"].update(scale={"visibility": "hidden"}))
+
+
+def test_unknown_timeout_key(write_config):
+    with pytest.raises(ConfigError, match="unknown key timeouts.requests"):
+        write_config(lambda d: d["timeouts"].update(requests=5))
+
+
+def test_timeouts_and_limits_reach_the_worker_limits(write_config):
+    def edit(data):
+        data["timeouts"]["request"] = 3
+        data["limits"]["memory_mib"] = 900
+
+    limits = write_config(edit).limits
+    assert (limits.request_s, limits.memory_mib) == (3.0, 900)
+    assert isinstance(limits.memory_mib, int)
+
+
+def test_language_override(write_config):
+    assert write_config(lambda d: None).language == "es"
+    assert write_config(lambda d: None, language="en").language == "en"
+    assert write_config(lambda d: d.update(language="en")).language == "en"
+    with pytest.raises(ConfigError, match="language"):
+        write_config(lambda d: d.update(language="fr"))
+
+
+def test_hypothesis_settings(write_config):
+    seeded = write_config(lambda d: d["hypothesis"].update(seed=1234, derandomize=False, max_examples=3))
+    assert (seeded.seed, seeded.derandomize, seeded.max_examples) == (1234, False, 3)
+    with pytest.raises(ConfigError, match="max_examples"):
+        write_config(lambda d: d["hypothesis"].update(max_examples=0))
+    with pytest.raises(ConfigError, match="seed"):
+        write_config(lambda d: d["hypothesis"].update(seed="abc"))
+
+
+def test_property_unknown_to_the_suite_stops_grading(grading):
+    """Checked when the suite is collected, before the worker is ever asked anything."""
+    extra = grading_config.Property("SelfAttention", "telepathy", 1.0, "visible")
+    config = dataclasses.replace(grading, properties=(*grading.properties, extra))
+    with pytest.raises(SuiteError, match="telepathy"):
+        run_properties(None, config)
+
+
+def test_property_missing_from_config_stops_grading(grading):
+    config = dataclasses.replace(grading, properties=grading.properties[1:])
+    dropped = grading.properties[0]
+    with pytest.raises(SuiteError, match=f"no entry for .*'{dropped.name}'"):
+        run_properties(None, config)
+
+
+def test_points_and_visibility_change_results_without_code_change(graded_run, write_config, grading):
+    """Rescoring the same outcomes under an edited grading.yml changes results.json accordingly."""
+    outcomes = graded_run(NO_SCALING).graded.outcomes
+
+    def edit(data):
+        data["classes"]["SelfAttention"]["scale"] = {"points": 5, "visibility": "hidden"}
+        data["classes"]["SelfAttention"]["shapes"] = {"points": 4, "visibility": "after_published"}
+
+    edited = write_config(edit)
+
+    def tests_of(config):
+        built = results.build(scoring.score(outcomes, config), execution_time=1.0)
+        return built, {tuple(t["tags"]): t for t in built["tests"]}
+
+    before, before_tests = tests_of(grading)
+    after, after_tests = tests_of(edited)
+    scale, shapes = ("SelfAttention", "scale"), ("SelfAttention", "shapes")
+    assert (before_tests[scale]["max_score"], before_tests[scale]["score"]) == (2, 0)
+    assert (after_tests[scale]["max_score"], after_tests[scale]["score"]) == (5, 0)
+    assert after_tests[scale]["visibility"] == "hidden" != before_tests[scale]["visibility"]
+    assert (after_tests[shapes]["score"], after_tests[shapes]["visibility"]) == (4, "after_published")
+    assert after["score"] == before["score"] + 3
+    unchanged = set(before_tests) - {scale, shapes}
+    assert all(before_tests[k] == after_tests[k] for k in unchanged)
+
+
+def test_english_config_renders_english_feedback(graded_run, write_config):
+    outcomes = graded_run(NO_SCALING).graded.outcomes
+    english = {t.prop: t for t in scoring.score(outcomes, write_config(lambda d: d.update(language="en")))
+               if t.cls == "SelfAttention"}
+    spanish = {t.prop: t for t in scoring.score(outcomes, grading_config.load()) if t.cls == "SelfAttention"}
+    assert english["scale"].output != spanish["scale"].output
+    assert "Pista" in spanish["scale"].output and "Hint" in english["scale"].output

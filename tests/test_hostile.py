@@ -1,0 +1,391 @@
+"""Hostile and broken submissions (tests/submissions/hostile/): contained, bounded, graded fairly.
+
+Every submission of the corpus is graded once, each in a grading process of its own (two at a
+time), under a copy of grading.yml with short limits (TEST_LIMITS) and few examples. For each one
+the tests check that grading ended within BOUND_S, that results.json is valid and under 1 MB,
+that the classes the attack leaves alone keep every point, that tampering earns nothing (the
+outcomes equal those of the same wrong code without the tampering), that no process of the
+submission outlived grading, and that the student reads a Spanish message naming the problem.
+
+BOUND_S is a safety bound (a grader that hangs, or waits out every timeout, fails it), not a
+performance figure: tests/bench_*.py print those.
+
+The attacks that need the privilege drop (reading the grader's files, signalling it, a fork storm
+that leaves the session, fake results.json in shared folders) only run as root, where the worker
+gets a uid of its own; see the README's section on what the grader guarantees.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder import feedback
+from autograder.config import CLASSES
+from autograder.grade import PRIVATE_PATHS, protect_paths
+from autograder.outcomes import Outcome
+from autograder.worker import sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = ROOT / "tests" / "submissions" / "hostile"
+IS_ROOT = os.geteuid() == 0
+BOUND_S = 60
+PARALLEL = 2
+TEST_LIMITS = {"import": 15, "request": 6, "class": 15, "submission": 120}
+MEMORY_MIB = 1024
+# A uid range of the tests' own: graders running beside this suite (benchmarks, the CLI) lease
+# from 61000 on, so a leftover found here can only be one of ours.
+TEST_BASE_UID = 63000
+ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution"}
+# The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
+GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
+RESULTS_PLACEHOLDER = '"/autograder/results"'
+
+# Graded in the same run: what the corpus is compared with.
+REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
+              "sa_no_scaling": ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py"}
+# Broken files: every test of every class fails with this code.
+WHOLE_FILE = {
+    "empty": "submission.missing_class",
+    "misnamed_classes": "submission.missing_class",
+    "syntax_error": "submission.syntax_error",
+    "missing_module": "submission.import_error",
+    "sys_exit_at_import": "submission.import_error",
+    "exit_at_import": "submission.import_crash",
+    "sleep_at_import": "submission.import_timeout",
+}
+# One class attacked: the codes its failed tests may carry (its first test always fails).
+ONE_CLASS = {
+    "sa_infinite_loop": ("SelfAttention", ["submission.timeout"]),
+    "mha_os_exit_in_forward": ("MultiHeadAttention", ["submission.crash"]),
+    "csa_sys_exit_in_forward": ("CausalSelfAttention", ["submission.exception", "wrong_device"]),
+    # Resident memory is summed over processes, shared pages in each: forks of torch add up fast.
+    "mha_fork_storm": ("MultiHeadAttention", ["submission.timeout", "submission.processes", "submission.memory"]),
+    "csa_memory_hog": ("CausalSelfAttention", ["submission.memory"]),
+    "sa_lying_tensor": ("SelfAttention", ["submission.bad_output"]),
+}
+# Correct code plus an attack on the grader: full marks, nothing more and nothing less.
+AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent"}
+# sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
+AS_NO_SCALING = {"sa_monkeypatch", "sa_fake_results", "sa_read_solution", "sa_lying_tensor_unchecked"}
+
+# Runs in a fresh interpreter: grade one file, then report outcomes and what is still running.
+# Leftovers are looked for while each worker's uid is still leased (so no other grader can be
+# using it yet): processes of that uid, and processes still in the worker's session.
+RUNNER = r'''
+import json, os, sys
+from pathlib import Path
+from autograder import config
+from autograder.grade import grade
+from autograder.worker import client, sandbox
+
+left, sessions = [], []
+
+def processes():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            owner = os.stat(f"/proc/{pid}").st_uid
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in (b"Z", b"X"):  # a zombie is dead, only not yet reaped
+            yield int(pid), owner, int(fields[1]), int(fields[3])  # pid, uid, parent, session
+
+original_stop, original_cleanup = client.Worker.stop, sandbox.Sandbox.cleanup
+
+def stop(self):
+    if self.proc is not None:
+        sessions.append(self.proc.pid)
+    original_stop(self)
+
+def cleanup(self):
+    left.extend(pid for pid, owner, _, session in processes() if owner == self.uid or session in sessions)
+    original_cleanup(self)
+
+client.Worker.stop, sandbox.Sandbox.cleanup = stop, cleanup
+graded = grade(sys.argv[1], config.load(sys.argv[2]), sys.argv[3])
+left.extend(pid for pid, _, parent, session in processes() if parent == os.getpid() or session in sessions)
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+print(json.dumps({
+    "outcomes": [o.as_dict() for o in graded.outcomes], "seconds": graded.seconds,
+    "worker_peak_mib": graded.peak_rss_mib, "grader_peak_mib": int(status["VmHWM"].split()[0]) / 1024,
+    "left": sorted(set(left)),
+}))
+'''
+
+
+def corpus():
+    names = sorted(path.stem for path in HOSTILE.glob("*.py"))
+    return [name for name in names if IS_ROOT or name not in ROOT_ONLY]
+
+
+def test_every_corpus_file_has_an_expectation():
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING
+    assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def test_config(tmp_path_factory):
+    data = yaml.safe_load((ROOT / "grading.yml").read_text(encoding="utf-8"))
+    data["timeouts"] = dict(TEST_LIMITS)
+    data["limits"]["memory_mib"] = MEMORY_MIB
+    data["hypothesis"]["max_examples"] = 2
+    path = tmp_path_factory.mktemp("config") / "grading.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared_results_dir():
+    """A results folder the attacker knows and, before grading, could write to (mode 777)."""
+    folder = Path(tempfile.mkdtemp(prefix="hostile-results-"))
+    folder.chmod(0o777)
+    yield folder
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+
+
+@pytest.fixture(scope="module")
+def graded(test_config, shared_results_dir, tmp_path_factory):
+    """name → what grading it gave: outcomes, results.json, wall seconds, peaks, leftovers."""
+    work = tmp_path_factory.mktemp("hostile")
+    jobs = {}
+    for name in corpus():
+        text = (HOSTILE / f"{name}.py").read_text(encoding="utf-8")
+        text = text.replace(GRADER_ROOT_PLACEHOLDER, repr(str(ROOT)))
+        text = text.replace(RESULTS_PLACEHOLDER, repr(str(shared_results_dir)))
+        path = work / name / "attention.py"
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+        out = shared_results_dir if name == "sa_fake_results" else work / name / "out"
+        jobs[name] = (path, out)
+    for name, path in REFERENCES.items():
+        jobs[name] = (path, work / f"{name}-out")
+    env = {**os.environ, "AUTOGRADER_WORKER_UID": str(TEST_BASE_UID)}
+
+    def run(name):
+        path, out = jobs[name]
+        begin = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", RUNNER, str(path), str(test_config), str(out)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=4 * BOUND_S)
+        wall = time.monotonic() - begin
+        assert done.returncode == 0, f"{name}: the grader failed\n{done.stderr[-3000:]}"
+        report = json.loads(done.stdout.splitlines()[-1])
+        results_file = Path(out) / "results.json"
+        report.update(wall=wall, results_bytes=results_file.stat().st_size,
+                      results=json.loads(results_file.read_text(encoding="utf-8")),
+                      outcomes=[Outcome(**o) for o in report["outcomes"]])
+        return name, report
+
+    try:
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            yield dict(pool.map(run, jobs))
+    finally:
+        remove_fake_results()
+
+
+def remove_fake_results():
+    """sa_fake_results leaves results.json in shared folders such as /tmp: remove those of our uids."""
+    lowest, highest = TEST_BASE_UID, TEST_BASE_UID + sandbox.LEASE_SPAN
+    for top, folders, files in os.walk("/"):
+        if top.count("/") >= 3 or top.startswith(("/proc", "/sys")):
+            folders[:] = []
+        path = Path(top) / "results.json"
+        if "results.json" in files and lowest <= path.lstat().st_uid < highest:
+            path.unlink()
+
+
+def by_class(report):
+    classes = {cls: [] for cls in CLASSES}
+    for outcome in report["outcomes"]:
+        classes[outcome.cls].append(outcome)
+    return classes
+
+
+def statuses(report):
+    return [(o.cls, o.prop, o.status, o.code) for o in report["outcomes"]]
+
+
+def message(report, cls, index=0):
+    """The first line of the feedback: the failure itself, without example or hint."""
+    return feedback.message(by_class(report)[cls][index], "es").splitlines()[0]
+
+
+# ---- what holds for every file --------------------------------------------------------------
+@pytest.mark.parametrize("name", corpus())
+def test_grading_is_bounded_valid_and_leaves_nothing(graded, name):
+    report = graded[name]
+    assert report["wall"] < BOUND_S
+    assert report["results_bytes"] < 1 << 20
+    results = report["results"]
+    assert len(results["tests"]) == len(report["outcomes"])
+    assert results["score"] == sum(test["score"] for test in results["tests"])
+    assert results["score"] == sum(test["score"] for test in results["tests"] if test["status"] == "passed")
+    assert report["left"] == []
+
+
+# ---- broken files ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(WHOLE_FILE))
+def test_broken_file_fails_every_test_with_its_reason(graded, name):
+    report = graded[name]
+    assert {o.code for o in report["outcomes"]} == {WHOLE_FILE[name]}
+    assert report["results"]["score"] == 0
+
+
+# ---- one class attacked: the others keep every point ----------------------------------------
+@pytest.mark.parametrize("name", [name for name in sorted(ONE_CLASS) if name in corpus()])
+def test_attack_on_one_class_costs_only_that_class(graded, name):
+    attacked, codes = ONE_CLASS[name]
+    classes = by_class(graded[name])
+    for cls, outcomes in classes.items():
+        if cls != attacked:
+            assert all(o.status == "passed" for o in outcomes), cls
+    failed = [o for o in classes[attacked] if o.status != "passed"]
+    assert failed[0] is classes[attacked][0]
+    assert {o.code for o in failed} <= set(codes)
+    forward_free = {o.prop for o in classes[attacked] if o.status == "passed"}
+    assert forward_free <= {"parameter_count", "mask_buffer"}  # only tests that never run forward
+
+
+# What the student reads first: {line} is the line of the file that ends with LINE_MARKS[file].
+MESSAGES = [
+    ("empty", "MultiHeadAttention", "Tu archivo no define la clase MultiHeadAttention."),
+    ("misnamed_classes", "SelfAttention", "Tu archivo no define la clase SelfAttention."),
+    ("missing_module", "SelfAttention",
+     "Importar tu archivo falló en la línea {line} (ModuleNotFoundError): No module named 'numpyy'"),
+    ("syntax_error", "CausalSelfAttention", "Tu archivo tiene un error de sintaxis en la línea {line}:"),
+    ("sleep_at_import", "SelfAttention", "Importar tu archivo no terminó en {import_s} s"),
+    ("exit_at_import", "SelfAttention", "El proceso terminó abruptamente al importar tu archivo (exit code 0)"),
+    ("sys_exit_at_import", "SelfAttention", "Importar tu archivo falló en la línea {line} (SystemExit)"),
+    ("sa_infinite_loop", "SelfAttention", "SelfAttention.forward no terminó en {request_s} s (¿un bucle infinito?)"),
+    ("mha_os_exit_in_forward", "MultiHeadAttention",
+     "El proceso que ejecutaba MultiHeadAttention.forward terminó abruptamente (exit code 0)"),
+    ("csa_memory_hog", "CausalSelfAttention", "CausalSelfAttention.forward usó más de {memory} MiB de memoria"),
+    ("csa_sys_exit_in_forward", "CausalSelfAttention", "CausalSelfAttention.forward lanzó SystemExit en la línea {line}"),
+    ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió algo que no es un torch.Tensor común"),
+]
+LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "sys_exit_at_import": "sys.exit(0)",
+              "csa_sys_exit_in_forward": "sys.exit(3)"}
+
+
+@pytest.mark.parametrize("name, cls, start", MESSAGES, ids=[case[0] for case in MESSAGES])
+def test_feedback_says_what_to_fix(graded, name, cls, start):
+    lines = (HOSTILE / f"{name}.py").read_text(encoding="utf-8").splitlines()
+    line = next((number for number, text in enumerate(lines, 1) if text.endswith(LINE_MARKS.get(name, "\0"))), None)
+    expected = start.format(line=line, import_s=float(TEST_LIMITS["import"]),
+                            request_s=float(TEST_LIMITS["request"]), memory=MEMORY_MIB)
+    assert message(graded[name], cls).startswith(expected)
+
+
+def test_a_timed_out_class_fails_fast(graded):
+    """After the first timeout, the class's other tests do not wait out their own."""
+    outcomes = by_class(graded["sa_infinite_loop"])["SelfAttention"]
+    assert outcomes[0].duration >= TEST_LIMITS["request"]
+    assert sum(o.duration for o in outcomes[1:]) < TEST_LIMITS["request"]
+
+
+def test_memory_hog_is_stopped_near_the_limit(graded):
+    assert MEMORY_MIB <= graded["csa_memory_hog"]["worker_peak_mib"] < 2 * MEMORY_MIB
+
+
+# ---- attacks on the grader: nothing gained --------------------------------------------------
+@pytest.mark.parametrize("name", [name for name in sorted(AS_REFERENCE) if name in corpus()])
+def test_correct_code_attacking_the_grader_scores_as_the_reference(graded, name):
+    assert statuses(graded[name]) == statuses(graded["reference"])
+
+
+@pytest.mark.parametrize("name", [name for name in sorted(AS_NO_SCALING) if name in corpus()])
+def test_tampering_earns_nothing(graded, name):
+    assert statuses(graded[name]) == statuses(graded["sa_no_scaling"])
+    assert graded[name]["results"]["score"] == graded["sa_no_scaling"]["results"]["score"]
+
+
+def test_the_reference_scores_are_not_all_alike(graded):
+    """The comparisons above can fail: the wrong SelfAttention loses points the reference keeps."""
+    assert graded["sa_no_scaling"]["results"]["score"] < graded["reference"]["results"]["score"]
+
+
+def test_printing_200_mb_keeps_only_the_first_kilobytes(graded):
+    report = graded["sa_print_200mb"]
+    printed = by_class(report)["SelfAttention"][0].output
+    kept, dropped = printed.split("\n[... ")
+    assert len(kept) <= 4 * 1024
+    assert int(dropped.split()[0]) > 199 * 2**20
+    assert report["grader_peak_mib"] < 150  # 200 MB never piled up in the grader
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the worker gets a uid of its own only when the grader is root")
+def test_fake_results_never_reach_the_results_folder(graded, shared_results_dir):
+    report = graded["sa_fake_results"]
+    assert sorted(path.name for path in shared_results_dir.iterdir()) == ["results.json"]
+    assert shared_results_dir.stat().st_mode & 0o007 == 0  # closed to the worker before it ran
+    assert report["results"]["score"] == graded["sa_no_scaling"]["results"]["score"]
+    assert "grader_version" in report["results"]["extra_data"]  # written by the grader, not the fake
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the worker gets a uid of its own only when the grader is root")
+def test_secrets_are_out_of_reach(graded):
+    printed = "".join(o.output for o in graded["sa_read_solution"]["outcomes"])
+    assert "read 0 secret(s)" in printed
+
+
+# ---- the mechanisms, one by one (no torch) --------------------------------------------------
+OUTSIDER_UID = TEST_BASE_UID + sandbox.LEASE_SPAN - 1  # a uid of the workers' range, as a worker has
+
+
+def run_as_worker(code, *args):
+    """Run a small Python snippet as a worker's uid would run it."""
+    def drop():
+        os.setgroups([])
+        os.setgid(OUTSIDER_UID)
+        os.setuid(OUTSIDER_UID)
+
+    return subprocess.run([sys.executable, "-I", "-c", code, *map(str, args)], preexec_fn=drop,
+                          capture_output=True, text=True, cwd="/", timeout=60)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="protect_paths acts only as root")
+def test_protected_paths_cannot_be_read_by_the_worker_uid():
+    protect_paths(PRIVATE_PATHS)
+    secrets = [ROOT / "grading.yml", ROOT / "solutions" / "attention.py",
+               ROOT / "autograder" / "properties" / "reference.py", Path(__file__)]
+    readable = [json.__file__, yaml.__file__]  # what the worker needs stays reachable
+    code = ("import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path).read(1)\n"
+            "        print('read', path)\n    except OSError:\n        print('denied', path)\n")
+    done = run_as_worker(code, *secrets, *readable)
+    assert done.stdout.splitlines() == [f"denied {p}" for p in secrets] + [f"read {p}" for p in readable]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="only root can signal-test another uid")
+def test_the_worker_uid_cannot_signal_the_grader():
+    code = "import os, signal, sys\ntry:\n    os.kill(int(sys.argv[1]), signal.SIGTERM)\nexcept PermissionError:\n    print('denied')"
+    assert run_as_worker(code, os.getpid()).stdout.strip() == "denied"
+
+
+def test_uid_leases_are_exclusive_until_released():
+    first, lease = sandbox.lease_uid(TEST_BASE_UID + 500)
+    second, other = sandbox.lease_uid(TEST_BASE_UID + 500)
+    assert second != first
+    lease.close()
+    again, third = sandbox.lease_uid(TEST_BASE_UID + 500)
+    assert again == first
+    other.close()
+    third.close()
+
+
+def test_feedback_catalogs_cover_every_failure_kind():
+    from autograder.worker.client import FATAL_TO_CLASS, WORKER_KINDS
+
+    kinds = {*FATAL_TO_CLASS, *WORKER_KINDS, "syntax_error", "import_error",
+             *(f"import_{kind}" for kind in ("timeout", "crash", "memory", "processes", "protocol"))}
+    for language in ("es", "en"):
+        missing = {kind for kind in kinds if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
+        assert not missing, (language, missing)

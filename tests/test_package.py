@@ -1,0 +1,230 @@
+"""`python -m autograder build`: what each zip holds, and Gradescope's run_autograder end to end.
+
+The Gradescope runs unpack autograder.zip into a fake /autograder root (AUTOGRADER_ROOT) and use
+the current interpreter (AUTOGRADER_PYTHON) instead of the venv that setup.sh would install.
+"""
+import ast
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.gradescope import previous_line
+from autograder.package import build as builder
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "tests" / "gradescope_results.schema.json"
+BUGGY = ROOT / "tests" / "submissions" / "buggy" / "causal_mask_off_by_one.py"  # as in test_otter.py: graded once
+STUDENT_FILES = ["attention/ENUNCIADO.md", "attention/README.md", "attention/STATEMENT.en.md",
+                 "attention/attention.py", "attention/test_attention.py"]
+EARLIER = {  # an earlier submission: 3 of 5 visible points, and 1 point hidden until the due date
+    "submission_time": "2025-03-01T10:00:00.000000-03:00", "score": "4.0",
+    "results": {"score": 4.0, "tests": [
+        {"score": 3.0, "max_score": 5.0, "visibility": "visible"},
+        {"score": 1.0, "max_score": 1.0, "visibility": "after_due_date"}]},
+}
+OLDEST = {"submission_time": "2025-02-01T10:00:00.000000-03:00", "score": "1.0",
+          "results": {"tests": [{"score": 1.0, "max_score": 5.0}]}}
+# (name, submission, file name in /autograder/submission, earlier submissions in the metadata)
+GRADESCOPE_CASES = [
+    ("solution", ROOT / "solutions" / "attention.py", "attention.py", [OLDEST, EARLIER]),
+    ("stub", ROOT / "assignments" / "attention" / "attention.py", "attention.py", []),
+    ("buggy", BUGGY, "mi_entrega.py", [EARLIER]),
+]
+
+
+def package_files(prefix):
+    """The autograder package as it must ship: every file, without caches or hidden files."""
+    found = []
+    for path in (ROOT / "autograder").rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if path.is_file() and path.suffix != ".pyc" and not any(
+                p == "__pycache__" or p.startswith(".") for p in parts):
+            found.append(prefix + "/".join(parts))
+    return found
+
+
+def zip_names(path):
+    with zipfile.ZipFile(path) as archive:
+        return sorted(archive.namelist())
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run([sys.executable, "-m", "autograder", "build", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "autograder.zip" in done.stdout and "otter generate" in done.stdout
+    return out
+
+
+def test_gradescope_zip_holds_exactly_the_grader(dist):
+    expected = sorted(["setup.sh", "run_autograder", "requirements.txt", "grading.yml", *package_files("")])
+    names = zip_names(dist / "autograder.zip")
+    assert names == expected
+    assert {"autograder/properties/test_self_attention.py", "autograder/worker/child.py"} <= set(names)
+    assert not [n for n in names if n.startswith(("solutions/", "tests/", "assignments/")) or "__pycache__" in n]
+
+
+def test_gradescope_scripts_are_executable_and_use_their_own_python(dist, tmp_path):
+    with zipfile.ZipFile(dist / "autograder.zip") as archive:
+        modes = {info.filename: info.external_attr >> 16 & 0o777 for info in archive.infolist()}
+        setup = archive.read("setup.sh").decode()
+        requirements = archive.read("requirements.txt").decode()
+        archive.extractall(tmp_path, ["setup.sh", "run_autograder"])
+    assert modes["setup.sh"] == modes["run_autograder"] == 0o755
+    for script in ("setup.sh", "run_autograder"):
+        checked = subprocess.run(["bash", "-n", str(tmp_path / script)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+    assert "VENV=/opt/attention-venv" in setup and 'python3 -m venv "$VENV"' in setup
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in requirements
+    assert "torch>=2.3,<2.14" in requirements.splitlines()
+
+
+def test_student_zip_holds_the_handout_only(dist):
+    assert zip_names(dist / "student.zip") == STUDENT_FILES
+
+
+def test_otter_folder_holds_tests_grader_and_requirements(dist):
+    found = sorted(p.relative_to(dist / "otter").as_posix() for p in (dist / "otter").rglob("*") if p.is_file())
+    expected = sorted(["requirements.txt", "tests/q1_self_attention.py", "tests/q2_multi_head_attention.py",
+                       "tests/q3_causal_self_attention.py", "attention_grader/grading.yml",
+                       *package_files("attention_grader/")])
+    assert found == expected
+
+
+def test_nothing_shipped_has_the_content_of_a_solution(dist):
+    secret = {hashlib.sha256(p.read_bytes()).digest() for p in (ROOT / "solutions").rglob("*")
+              if p.is_file() and p.stat().st_size}
+    shipped = [p.read_bytes() for p in (dist / "otter").rglob("*") if p.is_file()]
+    for name in ("autograder.zip", "student.zip"):
+        with zipfile.ZipFile(dist / name) as archive:
+            shipped += [archive.read(n) for n in archive.namelist()]
+    assert secret and not secret & {hashlib.sha256(data).digest() for data in shipped}
+
+
+def test_build_refuses_to_ship_a_solution():
+    solution = (ROOT / "solutions" / "attention.py").read_bytes()
+    builder.refuse_solutions([builder.Entry("attention/attention.py", b"# stub\n")])
+    with pytest.raises(builder.BuildError, match="attention/attention.py"):
+        builder.refuse_solutions([builder.Entry("attention/attention.py", solution)])
+
+
+def test_tree_leaves_out_caches_and_hidden_files(tmp_path):
+    for name in ("a.py", "sub/b.yml", "__pycache__/a.cpython-311.pyc", "sub/c.pyc", ".hypothesis/x",
+                 ".ipynb_checkpoints/n.ipynb", "sub/.pytest_cache/y"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert [e.name for e in builder.tree(tmp_path, "p")] == ["p/a.py", "p/sub/b.yml"]
+
+
+def test_build_is_reproducible(dist, tmp_path):
+    builder.build(tmp_path)
+    for name in ("autograder.zip", "student.zip"):
+        assert (tmp_path / name).read_bytes() == (dist / name).read_bytes(), name
+
+
+def test_otter_cases_carry_the_points_and_visibility_of_grading_yml(dist, grading):
+    found = []
+    for path in sorted((dist / "otter" / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef):
+                keywords = {k.arg: ast.literal_eval(k.value) for k in node.decorator_list[0].keywords}
+                cls, prop = (ast.literal_eval(a) for a in node.body[0].value.args)
+                found.append((cls, prop, keywords["points"], keywords["hidden"]))
+    assert found == [(p.cls, p.name, p.points, p.visibility != "visible") for p in grading.properties]
+
+
+def test_previous_line_counts_only_visible_tests_of_the_latest_submission(tmp_path):
+    metadata = tmp_path / "submission_metadata.json"
+    metadata.write_text(json.dumps({"previous_submissions": [EARLIER, OLDEST]}))
+    assert previous_line(metadata, "es") == "Puntaje de tu entrega anterior: 3 / 5"
+    assert previous_line(metadata, "en") == "Score of your previous submission: 3 / 5"
+    metadata.write_text(json.dumps({"previous_submissions": []}))
+    assert previous_line(metadata, "es") == ""
+    metadata.write_text("{not json")
+    assert previous_line(metadata, "es") == ""
+    assert previous_line(tmp_path / "missing.json", "es") == ""
+
+
+def run_gradescope(dist, root, filename, source_text, earlier):
+    """Unpack autograder.zip into a fake /autograder at root, run run_autograder: (process, results)."""
+    with zipfile.ZipFile(dist / "autograder.zip") as archive:
+        archive.extractall(root / "source")
+    (root / "submission").mkdir()
+    (root / "results").mkdir()
+    (root / "submission" / filename).write_text(source_text, encoding="utf-8")
+    (root / "submission_metadata.json").write_text(json.dumps({
+        "id": 1, "created_at": "2025-03-02T10:00:00.000000-03:00", "previous_submissions": earlier,
+        "users": [{"email": "ana@example.com", "id": 7, "name": "Ana"}],
+        "assignment": {"title": "Atención", "total_points": "48.0"}}))
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    process = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=600)
+    written = root / "results" / "results.json"
+    return process, json.loads(written.read_text(encoding="utf-8")) if written.exists() else None
+
+
+@pytest.fixture(scope="module")
+def gradescope_runs(dist, tmp_path_factory):
+    """name → (run_autograder's process, results.json or None), each in its own fake /autograder."""
+    return {name: run_gradescope(dist, tmp_path_factory.mktemp(f"autograder-{name}"), filename,
+                                 source.read_text(encoding="utf-8"), earlier)
+            for name, source, filename, earlier in GRADESCOPE_CASES}
+
+
+@pytest.mark.parametrize("name", [case[0] for case in GRADESCOPE_CASES])
+def test_run_autograder_scores_like_grade(gradescope_runs, graded_run, name):
+    process, results = gradescope_runs[name]
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert results is not None
+    source = next(case[1] for case in GRADESCOPE_CASES if case[0] == name)
+    graded = graded_run(source).results
+    assert results["score"] == graded["score"]
+    assert results["tests"] == graded["tests"]  # same points, statuses, names and feedback
+
+
+def test_run_autograder_scores_span_the_range(gradescope_runs, grading):
+    scores = {name: results["score"] for name, (_, results) in gradescope_runs.items()}
+    assert scores["solution"] == grading.max_score and scores["stub"] == 0
+    assert 0 < scores["buggy"] < grading.max_score
+
+
+def test_run_autograder_shows_the_previous_score(gradescope_runs):
+    line = "Puntaje de tu entrega anterior: 3 / 5"
+    for name in ("solution", "buggy"):
+        process, results = gradescope_runs[name]
+        assert results["output"] == line and line in process.stdout
+    assert gradescope_runs["stub"][1]["output"] == ""
+
+
+@pytest.mark.parametrize("name", [case[0] for case in GRADESCOPE_CASES])
+def test_run_autograder_results_are_valid(gradescope_runs, grading, name):
+    results = gradescope_runs[name][1]
+    if SCHEMA.exists():
+        jsonschema = pytest.importorskip("jsonschema")
+        jsonschema.validate(results, json.loads(SCHEMA.read_text(encoding="utf-8")))
+    assert len(results["tests"]) == len(grading.properties)
+    for test in results["tests"]:
+        assert {"score", "max_score", "name", "visibility", "output"} <= set(test)
+        assert test["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the worker changes user only when the grader runs as root")
+def test_run_autograder_as_root_keeps_the_grader_out_of_the_students_reach(dist, tmp_path, grading):
+    """The solution, led by a probe that ends the import if it can reach a private path."""
+    private = [tmp_path / "source" / "grading.yml", tmp_path / "source" / "autograder" / "properties" / "checks.py",
+               tmp_path / "submission_metadata.json", tmp_path / "results" / "probe.txt"]
+    probe = (f"import os\nassert os.getuid() != 0\nfor _path in {[str(p) for p in private]!r}:\n"
+             "    try:\n        open(_path, 'a' if _path.endswith('probe.txt') else 'r')\n"
+             "    except PermissionError:\n        continue\n    raise SystemExit('reached ' + _path)\n")
+    solution = (ROOT / "solutions" / "attention.py").read_text(encoding="utf-8")
+    process, results = run_gradescope(dist, tmp_path, "attention.py", probe + solution, [])
+    assert results is not None, process.stderr[-3000:]
+    assert results["score"] == grading.max_score, results["tests"][0]["output"]

@@ -1,0 +1,162 @@
+"""Finding the student's code in a .py, a folder, a .zip or a notebook, and grading what cannot be read."""
+import ast
+import json
+import zipfile
+
+import pytest
+
+from autograder import submission
+from autograder.grade import grade
+from autograder.submission import SubmissionUnreadable
+
+CODE = "import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    pass\n"
+
+
+def make_tree(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def make_zip(path, files):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def unreadable_code(path):
+    with pytest.raises(SubmissionUnreadable) as caught:
+        submission.load(path)
+    return caught.value.code, caught.value.params
+
+
+def test_plain_py(tmp_path):
+    loaded = submission.load(make_tree(tmp_path, {"attention.py": CODE}) / "attention.py")
+    assert (loaded.source, loaded.filename) == (CODE, "attention.py")
+
+
+def test_folder_prefers_attention_py(tmp_path):
+    make_tree(tmp_path, {"attention.py": CODE, "test_attention.py": "x = 1\n", "conftest.py": "y = 2\n",
+                         "utils.py": "z = 3\n", "notas.txt": "hola"})
+    assert submission.load(tmp_path).source == CODE
+
+
+def test_folder_with_one_other_py_name(tmp_path):
+    make_tree(tmp_path, {"mi_solucion.py": CODE, "test_attention.py": "x = 1\n", "README.md": "# hola"})
+    loaded = submission.load(tmp_path)
+    assert (loaded.source, loaded.filename) == (CODE, "mi_solucion.py")
+
+
+def test_folder_with_several_py_is_refused(tmp_path):
+    make_tree(tmp_path, {"parte1.py": CODE, "parte2.py": CODE})
+    assert unreadable_code(tmp_path) == ("several_files", {"files": ["parte1.py", "parte2.py"]})
+
+
+def test_empty_folder(tmp_path):
+    assert unreadable_code(tmp_path)[0] == "no_python_file"
+
+
+def test_missing_path(tmp_path):
+    assert unreadable_code(tmp_path / "nada.py")[0] == "missing"
+
+
+def test_zip_with_nested_folder_and_macos_junk(tmp_path):
+    archive = make_zip(tmp_path / "entrega.zip", {
+        "entrega/solucion.py": CODE,
+        "__MACOSX/entrega/._solucion.py": "\x00\x05\x16\x07 junk",
+        "entrega/.DS_Store": "junk",
+        "entrega/test_attention.py": "x = 1\n",
+    })
+    loaded = submission.load(archive)
+    assert (loaded.source, loaded.filename) == (CODE, "solucion.py")
+
+
+def test_zip_prefers_attention_py(tmp_path):
+    archive = make_zip(tmp_path / "entrega.zip", {"a/b/attention.py": CODE, "a/otro.py": "x = 1\n"})
+    assert submission.load(archive).source == CODE
+
+
+def test_bad_zip(tmp_path):
+    bad = tmp_path / "entrega.zip"
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    assert unreadable_code(bad)[0] == "bad_zip"
+
+
+def test_unsupported_extension(tmp_path):
+    assert unreadable_code(make_tree(tmp_path, {"attention.txt": CODE}) / "attention.txt")[0] == "no_python_file"
+
+
+def notebook(cells):
+    """A minimal nbformat 4 notebook; each cell's source stored as a list of lines, as Jupyter does."""
+    return json.dumps({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(keepends=True),
+                   **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+                  for kind, text in cells],
+    })
+
+
+@pytest.fixture(scope="module")
+def solution_notebook(tmp_path_factory, solution_path):
+    """The reference solution as a student's notebook: one cell per definition, plus noise around it."""
+    source = solution_path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    starts = [min([n.lineno, *[d.lineno for d in getattr(n, "decorator_list", ())]]) for n in tree.body]
+    definitions = ["".join(lines[a - 1:b - 1]) for a, b in zip(starts, [*starts[1:], len(lines) + 1])]
+    cells = [
+        ("markdown", "# Tarea: atención\nImplementa las tres clases."),
+        ("code", "%matplotlib inline\n!pip install einops\nimport matplotlib.pyplot as plt"),
+        *[("code", d) for d in definitions],
+        ("code", "D_MODEL = 16\nmodel = MultiHeadAttention(D_MODEL, 4)\nx = torch.randn(2, 5, D_MODEL)"),
+        ("code", "for step in range(3):\n    out, w = model(x, x, x)\n    print(step, out.shape)\n"
+                 "plt.plot([1, 2])\nprint('listo')"),
+    ]
+    path = tmp_path_factory.mktemp("notebook") / "tarea.ipynb"
+    path.write_text(notebook(cells), encoding="utf-8")
+    return path
+
+
+def test_notebook_keeps_definitions_and_drops_the_rest(solution_notebook):
+    source = submission.load(solution_notebook).source
+    tree = ast.parse(source)
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert {"Cfg", "SelfAttention", "MultiHeadAttention", "CausalSelfAttention"} <= classes
+    assert "@dataclass" in source
+    assert "D_MODEL = 16" in source
+    for dropped in ("%matplotlib", "pip install", "for step", "print(", "plt.plot", "model = MultiHeadAttention"):
+        assert dropped not in source, dropped
+    assert "import matplotlib.pyplot as plt" in source
+
+
+def test_notebook_magic_inside_definitions_only_cell(tmp_path):
+    path = tmp_path / "n.ipynb"
+    path.write_text(notebook([("code", "%%time\n" + CODE), ("code", "!ls\nprint(1)")]), encoding="utf-8")
+    assert ast.dump(ast.parse(submission.load(path).source)) == ast.dump(ast.parse(CODE))
+
+
+def test_bad_notebook(tmp_path):
+    path = tmp_path / "n.ipynb"
+    path.write_text('{"cells": 3}', encoding="utf-8")
+    assert unreadable_code(path)[0] == "bad_notebook"
+
+
+def test_notebook_scores_like_the_solution(graded_run, solution_path, solution_notebook):
+    from_notebook, from_py = graded_run(solution_notebook).graded, graded_run(solution_path).graded
+    assert from_notebook.score == from_py.score
+    assert [o.status for o in from_notebook.outcomes] == [o.status for o in from_py.outcomes]
+
+
+def test_unreadable_submission_scores_zero_with_a_spanish_reason(tmp_path, grading):
+    bad = tmp_path / "entrega.zip"
+    bad.write_bytes(b"not a zip at all")
+    graded = grade(bad, grading, out_dir=tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert written["score"] == 0 and graded.score == (0, grading.max_score)
+    assert len(written["tests"]) == len(grading.properties)
+    for test in written["tests"]:
+        assert (test["score"], test["status"]) == (0, "failed")
+        assert test["output"].startswith("El .zip no se pudo abrir"), test["output"]

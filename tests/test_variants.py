@@ -1,0 +1,111 @@
+"""The hidden suite proves itself on known submissions (tests/submissions/manifest.yml).
+
+The reference solution scores full marks, the untouched stub scores zero, each buggy variant
+loses the properties that name its mistake and nothing in the other two classes, and every
+correct variant in another style keeps full marks. Each file is graded once per session.
+"""
+import json
+import string
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autograder import feedback
+from autograder.config import CLASSES
+from autograder.grade import collect_outcomes
+
+SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+MANIFEST = yaml.safe_load((SUBMISSIONS / "manifest.yml").read_text(encoding="utf-8"))
+BUGGY = sorted(MANIFEST["buggy"])
+CORRECT = sorted(MANIFEST["correct"])
+DETERMINISM = ["sa_softmax_wrong_dim", "mha_split_without_transpose", "causal_mask_not_sliced"]
+
+
+def buggy_path(name):
+    return SUBMISSIONS / "buggy" / f"{name}.py"
+
+
+def failed_properties(run):
+    return sorted(f"{cls}.{prop}" for (cls, prop), o in run.outcomes.items() if o.status != "passed")
+
+
+def missing_parameters(outcome, language):
+    """Fields the outcome's message template needs but the outcome does not provide."""
+    template = feedback.catalog(language)["failures"][outcome.code]
+    given = {"cls": outcome.cls, **{k: v for k, v in outcome.params.items() if v is not None}}
+    fields = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
+    return sorted(fields - set(given))
+
+
+def test_manifest_lists_every_variant_file():
+    on_disk = {p.stem for p in (SUBMISSIONS / "buggy").glob("*.py")}
+    assert on_disk == set(BUGGY)
+    assert {p.stem for p in (SUBMISSIONS / "correct").glob("*.py")} == set(CORRECT)
+    for name, entry in MANIFEST["buggy"].items():
+        assert entry["class"] in CLASSES, name
+        assert entry["must_fail"] and entry["mistake"], name
+
+
+def test_solution_scores_full_marks(graded_run, solution_path, grading):
+    run = graded_run(solution_path)
+    assert failed_properties(run) == []
+    assert run.graded.score == (grading.max_score, grading.max_score)
+
+
+def test_stub_scores_zero(graded_run, stub_path, grading):
+    run = graded_run(stub_path)
+    assert run.graded.score == (0, grading.max_score)
+    for test in run.graded.scored:
+        assert test.score == 0, test.name
+        assert "NotImplementedError" in test.output or "falta implementar" in test.output, test.output
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_buggy_variant_loses_the_property_of_its_mistake(graded_run, name):
+    entry = MANIFEST["buggy"][name]
+    run = graded_run(buggy_path(name))
+    missed = [p for p in entry["must_fail"] if run.outcomes[(entry["class"], p)].status == "passed"]
+    assert missed == [], f"{name} ({entry['mistake']}) passed {missed}"
+    collateral = [f"{cls}.{prop}" for (cls, prop), o in run.outcomes.items()
+                  if cls != entry["class"] and o.status != "passed"]
+    assert collateral == [], f"{name} lost points in other classes: {collateral}"
+
+
+@pytest.mark.parametrize("language", ["es", "en"])
+@pytest.mark.parametrize("name", BUGGY)
+def test_buggy_variant_messages_are_complete(graded_run, name, language):
+    entry = MANIFEST["buggy"][name]
+    run = graded_run(buggy_path(name))
+    for prop in entry["must_fail"]:
+        outcome = run.outcomes[(entry["class"], prop)]
+        assert outcome.code in feedback.catalog(language)["failures"], (prop, outcome.code)
+        assert missing_parameters(outcome, language) == [], (prop, outcome.code, outcome.params)
+        text = feedback.message(outcome, language)
+        assert text.strip() and "?" not in text.splitlines()[0], (prop, text)
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_buggy_outcomes_are_strict_json(graded_run, name):
+    """Outcomes go to the store as JSON: no NaN or Infinity (invalid JSON) in parameters or examples."""
+    for outcome in graded_run(buggy_path(name)).graded.outcomes:
+        json.dumps(outcome.as_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_variant_scores_full_marks(graded_run, grading, name):
+    run = graded_run(SUBMISSIONS / "correct" / f"{name}.py")
+    assert failed_properties(run) == []
+    assert run.graded.score == (grading.max_score, grading.max_score)
+
+
+@pytest.mark.parametrize("name", DETERMINISM)
+def test_grading_twice_gives_identical_outcomes(graded_run, grading, name):
+    first = graded_run(buggy_path(name)).graded.outcomes
+    second, _, _ = collect_outcomes(buggy_path(name), grading)
+
+    def verdicts(outcomes):
+        return [(o.cls, o.prop, o.status, o.code, o.params, o.example) for o in outcomes]
+
+    assert any(o.status != "passed" for o in first)
+    assert verdicts(second) == verdicts(first)
