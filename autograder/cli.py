@@ -55,8 +55,7 @@ def parser():
     _add_config_options(grade)
     grade.set_defaults(run=cmd_grade)
 
-    test = commands.add_parser("test", help="run the project's own tests (pytest tests/)")
-    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    test = commands.add_parser("test", help="run the project's own tests (pytest tests/ [pytest options])")
     test.set_defaults(run=cmd_test)
     for name in COMMAND_MODULES:
         importlib.import_module(name, __package__).register(commands)
@@ -64,7 +63,11 @@ def parser():
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    main_parser = parser()
+    args, extra = main_parser.parse_known_args(argv)
+    if extra and args.command != "test":
+        main_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.pytest_args = extra  # `test` passes whatever it does not know on to pytest
     try:
         return args.run(args)
     except (grading_config.ConfigError, WorkerSetupError, SuiteError) as exc:

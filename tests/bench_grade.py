@@ -7,7 +7,6 @@ tree, worker included (target: under 600 MiB). Not a test: run it by hand.
     python tests/bench_grade.py [--runs 5] [--submission solutions/attention.py]
 """
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -17,28 +16,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = os.sysconf("SC_PAGE_SIZE")
+sys.path.insert(0, str(ROOT))
+
+from autograder.worker import procfs  # noqa: E402
 
 
 def tree_rss(root_pid):
-    """Sum of RSS over root_pid and all its descendants, from /proc."""
-    parents, rss = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    fields = handle.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21]) * PAGE
-    members, frontier = {root_pid}, [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in members]
-        members.update(children)
-        frontier.extend(children)
-    return sum(rss.get(pid, 0) for pid in members)
+    """Sum of RSS over root_pid and all its descendants (the worker included)."""
+    return sum(p.rss for p in procfs.descendants(root_pid))
 
 
 def timed(command):
