@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, results, scoring, submission
-from .outcomes import Outcome, run_properties
+from .outcomes import Outcome
 from .worker.client import Worker
 from .worker.sandbox import protect_paths, worker_uid
 
@@ -74,6 +74,8 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         protect_paths([*PRIVATE_PATHS, *private])
     worker = worker_class(loaded.source, config.limits, uid=uid)
     worker.start()  # raises WorkerSetupError (a grading-machine problem) before any test runs
+    from .suite_runner import run_properties  # pytest and hypothesis load while torch does
+
     try:
         outcomes = run_properties(worker, config)
     finally:

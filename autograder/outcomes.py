@@ -1,4 +1,4 @@
-"""Run the hidden property suite against one submission and collect raw outcomes.
+"""Raw outcomes: what happened to each graded (class, property) of one submission.
 
 An outcome is what happened to one (class, property): passed, failed, error or timeout, with a
 message code, its parameters, the minimal failing example and what the submission printed.
@@ -6,17 +6,11 @@ Outcomes carry no points: scoring.py applies grading.yml to them, now or later f
 """
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-import pytest
 
 from .properties.failures import PropertyFailure, current_example
 from .worker.client import SubmissionError, SubmissionHalted
 
-SUITE_DIR = Path(__file__).resolve().parent / "properties"
 STATUSES = ("passed", "failed", "error", "timeout")
 
 
@@ -63,112 +57,3 @@ def outcome_from_exception(cls, prop, exc):
         status = "timeout" if found.kind in TIMEOUT_KINDS else "error"
         return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), current_example())
     return Outcome(cls, prop, "error", "grader_error", {"error": f"{type(exc).__name__}: {exc}"[:1000]})
-
-
-class Collector:
-    """pytest plugin: hands the worker to the suite and records one outcome per graded test."""
-
-    def __init__(self, worker, config):
-        self._worker = worker
-        self.config = config
-        self.outcomes = {}
-        self.started = {}
-        self.error = None
-
-    @pytest.fixture(scope="session")
-    def worker(self):
-        return self._worker
-
-    def pytest_configure(self, config):
-        config.addinivalue_line("markers", "graded(cls, prop): the graded property a test checks")
-
-    def pytest_collection_modifyitems(self, session, config, items):
-        try:
-            self._check_tags(items)
-        except SuiteError as exc:  # run_properties raises it: pytest would bury it in an INTERNALERROR dump
-            self.error = exc
-            items.clear()
-            return
-        # Device checks run last: their first use of the meta device is warmed up meanwhile.
-        order = {key: (key[1] == "device", i) for i, key in enumerate((p.cls, p.name) for p in self.config.properties)}
-        items.sort(key=lambda item: order[self._key(item)])
-
-    def _check_tags(self, items):
-        tagged = {}
-        for item in items:
-            marker = item.get_closest_marker("graded")
-            if marker is None:
-                raise SuiteError(f"{item.nodeid} has no @graded(class, property) tag")
-            tagged[(marker.kwargs["cls"], marker.kwargs["prop"])] = item
-        configured = {(p.cls, p.name) for p in self.config.properties}
-        unknown = sorted(configured - set(tagged))
-        if unknown:
-            raise SuiteError(f"grading.yml names properties the suite does not define: {unknown}")
-        unscored = sorted(set(tagged) - configured)
-        if unscored:
-            raise SuiteError(f"grading.yml has no entry for {unscored}; add them (points: 0 keeps them ungraded)")
-
-    @staticmethod
-    def _key(item):
-        marker = item.get_closest_marker("graded")
-        return marker.kwargs["cls"], marker.kwargs["prop"]
-
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.started[nodeid] = time.monotonic()
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_makereport(self, item, call):
-        """Record the outcome and hand pytest a bare report: nobody reads pytest's rendering of a
-        failure here, and formatting long tracebacks costs seconds on a file that fails often."""
-        if call.when != "teardown":
-            cls, prop = self._key(item)
-            if call.excinfo is not None:
-                self._record(item, outcome_from_exception(cls, prop, call.excinfo.value))
-            elif call.when == "call":
-                self._record(item, Outcome(cls, prop, "passed"))
-        failed = call.excinfo is not None
-        return pytest.TestReport(item.nodeid, item.location, keywords={}, when=call.when,
-                                 outcome="failed" if failed else "passed", longrepr="failed" if failed else None)
-
-    def _record(self, item, outcome):
-        outcome.duration = round(time.monotonic() - self.started.get(item.nodeid, time.monotonic()), 3)
-        outcome.output = self._worker.take_output()
-        self.outcomes[(outcome.cls, outcome.prop)] = outcome
-
-
-def hypothesis_profile(config):
-    from hypothesis import HealthCheck, Phase, settings
-
-    settings.register_profile(
-        "grading",
-        max_examples=config.max_examples,
-        derandomize=config.derandomize,
-        database=None,
-        deadline=None,
-        print_blob=False,
-        report_multiple_bugs=False,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    )
-    settings.load_profile("grading")
-
-
-def run_properties(worker, config):
-    """Run every graded property against the worker; return outcomes in grading.yml's order."""
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    hypothesis_profile(config)
-    collector = Collector(worker, config)
-    args = [str(SUITE_DIR), "-p", "no:cacheprovider", "-p", "no:terminal",
-            "-p", "no:unraisableexception", "-p", "no:threadexception", "--noconftest",
-            "--rootdir", str(SUITE_DIR), "-c", os.devnull, "-W", "ignore"]
-    if config.seed is not None:
-        args += ["-p", "hypothesis.extra.pytestplugin", f"--hypothesis-seed={config.seed}"]
-    code = pytest.main(args, plugins=[collector])
-    if collector.error is not None:
-        raise collector.error
-    if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
-        raise SuiteError(f"the property suite did not run (pytest exit code {int(code)})")
-    missing = [(p.cls, p.name) for p in config.properties if (p.cls, p.name) not in collector.outcomes]
-    if missing:
-        raise SuiteError(f"no outcome was recorded for {missing}")
-    return [collector.outcomes[(p.cls, p.name)] for p in config.properties]

@@ -8,7 +8,8 @@ import yaml
 from autograder import config as grading_config
 from autograder import results, scoring
 from autograder.config import ConfigError
-from autograder.outcomes import SuiteError, run_properties
+from autograder.outcomes import SuiteError
+from autograder.suite_runner import run_properties
 
 NO_SCALING = Path(__file__).resolve().parent / "submissions" / "buggy" / "sa_no_scaling.py"
 
