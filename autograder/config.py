@@ -46,8 +46,7 @@ class Property:
 class GradingConfig:
     language: str
     max_examples: int
-    derandomize: bool
-    seed: int | None
+    seed: int
     limits: Limits
     properties: tuple[Property, ...] = field(default_factory=tuple)
     source: str = ""
@@ -92,8 +91,12 @@ def load(path=DEFAULT_PATH, language=None):
         raise ConfigError(f"{path}: language must be one of {LANGUAGES}, got {language!r}")
 
     hyp = _section(data, "hypothesis", path)
-    seed = hyp.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    unknown = sorted(set(hyp) - {"max_examples", "seed"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) hypothesis.{', hypothesis.'.join(unknown)}; "
+                          "only max_examples and seed are read")
+    seed = hyp.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"{path}: hypothesis.seed must be an integer")
 
     limit_values = {}
@@ -127,7 +130,6 @@ def load(path=DEFAULT_PATH, language=None):
     return GradingConfig(
         language=language,
         max_examples=max_examples,
-        derandomize=bool(hyp.get("derandomize", seed is None)),
         seed=seed,
         limits=Limits(**limit_values),
         properties=tuple(properties),

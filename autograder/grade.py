@@ -45,7 +45,7 @@ def suite_version(config):
     for path in sorted(p for pattern in OUTCOME_SOURCES for p in package.glob(pattern)):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     settings = {
-        "max_examples": config.max_examples, "derandomize": config.derandomize, "seed": config.seed,
+        "max_examples": config.max_examples, "seed": config.seed,
         "limits": dataclasses.asdict(config.limits), "properties": sorted((p.cls, p.name) for p in config.properties),
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())

@@ -93,10 +93,11 @@ def main():
     cores = os.cpu_count()
     print(f"CPU of the whole tree: {cpu:.1f} s = {per:.2f} s per submission  ->  at most {60 * cores / per:.1f} "
           f"submissions/minute on {cores} otherwise idle cores")
-    if rss:
-        tenth = max(len(rss) // 10, 1)
-        print(f"process-tree RSS (MiB): first 10% of samples median {statistics.median(rss[:tenth]):.0f}, "
-              f"last 10% median {statistics.median(rss[-tenth:]):.0f}, peak {max(rss):.0f}, samples {len(rss)}")
+    if len(rss) >= 10:
+        tenth = len(rss) // 10
+        deciles = [statistics.median(rss[i * tenth:(i + 1) * tenth]) for i in range(10)]
+        print(f"process-tree RSS (MiB), median per tenth of the run: {' '.join(f'{m:.0f}' for m in deciles)}"
+              f"; peak {max(rss):.0f}, samples {len(rss)} (the first tenth includes slot start-up)")
 
 
 if __name__ == "__main__":

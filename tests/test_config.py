@@ -85,12 +85,14 @@ def test_language_override(write_config):
 
 
 def test_hypothesis_settings(write_config):
-    seeded = write_config(lambda d: d["hypothesis"].update(seed=1234, derandomize=False, max_examples=3))
-    assert (seeded.seed, seeded.derandomize, seeded.max_examples) == (1234, False, 3)
+    seeded = write_config(lambda d: d["hypothesis"].update(seed=1234, max_examples=3))
+    assert (seeded.seed, seeded.max_examples) == (1234, 3)
     with pytest.raises(ConfigError, match="max_examples"):
         write_config(lambda d: d["hypothesis"].update(max_examples=0))
     with pytest.raises(ConfigError, match="seed"):
         write_config(lambda d: d["hypothesis"].update(seed="abc"))
+    with pytest.raises(ConfigError, match="hypothesis.derandomise"):
+        write_config(lambda d: d["hypothesis"].update(derandomise=True))
 
 
 def test_property_unknown_to_the_suite_stops_grading(grading):
