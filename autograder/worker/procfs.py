@@ -14,23 +14,36 @@ class Process(NamedTuple):
     uid: int  # real uid (from status: the owner of /proc/PID is root for non-dumpable processes)
 
 
+_uids = {}  # (pid, start time) -> real uid: status is read once per process, not on every scan
+
+
 def processes():
-    """Every live entry of /proc; processes that vanish while being read are skipped."""
-    found = []
+    """Every live entry of /proc; processes that vanish while being read are skipped.
+
+    A process's uid is read from status the first time it is seen and kept for its lifetime:
+    only the sandbox changes a process's uid, before exec, and its worker is found by session.
+    """
+    found, seen = [], {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{entry}/status", "rb") as handle:
-                status = handle.read()
-            uid = int(status[status.index(b"\nUid:") + 5:].split(None, 1)[0])
+            key = (entry, fields[19])  # field 22 of stat: the start time, which tells a reused pid
+            uid = _uids.get(key)
+            if uid is None:
+                with open(f"/proc/{entry}/status", "rb") as handle:
+                    status = handle.read()
+                uid = int(status[status.index(b"\nUid:") + 5:].split(None, 1)[0])
         except (OSError, ValueError, IndexError):
             continue
+        seen[key] = uid
         # stat after the command name: state, ppid, pgrp, session, ..., field 24 resident pages
         found.append(Process(int(entry), int(fields[1]), int(fields[3]), fields[0].decode(),
                              int(fields[21]) * PAGE, uid))
+    _uids.clear()
+    _uids.update(seen)
     return found
 
 
