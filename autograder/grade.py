@@ -79,7 +79,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
     try:
         outcomes = run_properties(worker, config)
     finally:
-        worker.close()
+        worker.stop()
     return outcomes, hashlib.sha256(loaded.source.encode()).hexdigest(), worker.peak_rss / 2**20
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from .. import config as grading_config
 from .. import feedback, scoring
 from ..grade import grading_yml_hash
+from ..outcomes import STATUSES
 from .store import Store, StoreError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP_FAILURES = 10
-STATUSES = ("passed", "failed", "error", "timeout")
 
 LABELS = {
     "es": {

@@ -5,7 +5,7 @@ so the reference it computes describes exactly the module the worker ran.
 """
 import numpy as np
 
-from .failures import PropertyFailure
+from .failures import PropertyFailure, as_array
 
 # The contract's layers, per class: what the reference reads (a missing bias counts as zero).
 CONTRACT_LAYERS = {
@@ -22,8 +22,6 @@ class Reply:
         self.sdpa_calls = raw.get("sdpa_calls", 0)
 
     def output(self, index, shape, what):
-        from .failures import as_array
-
         if index >= len(self.outputs):
             raise PropertyFailure("missing_output", what=what, count=len(self.outputs))
         return as_array(self.outputs[index], shape, what)

@@ -192,9 +192,6 @@ class Worker:
         self.sandbox.cleanup()
         self.proc = None
 
-    def close(self):
-        self.stop()
-
     # ---- process management -----------------------------------------------------------------
     def start(self):
         """Start the worker process without waiting for it: torch imports while the suite loads."""
