@@ -1,6 +1,6 @@
 """Throughput and memory of batch grading: a script that prints figures, not a test.
 
-    python tests/bench_batch.py --count 500 --jobs 4 [--mix correct,buggy,stub]
+    python tests/bench_batch.py --count 500 [--jobs 2] [--mix correct,buggy,stub]
 
 Builds COUNT distinct submissions (the corpus's correct and buggy variants and the empty stub,
 each made unique by a trailing comment so that nothing is skipped as unchanged), grades them
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from autograder import config as grading_config  # noqa: E402
 from autograder.cohort import batch  # noqa: E402
-from autograder.cohort.executor import LocalExecutor  # noqa: E402
+from autograder.cohort.executor import DEFAULT_RECYCLE, LocalExecutor  # noqa: E402
 from autograder.cohort.store import Store  # noqa: E402
 from bench_grade import tree_rss  # noqa: E402  (tests/ is this script's folder)
 
@@ -59,9 +59,9 @@ class Sampler(threading.Thread):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=60)
-    parser.add_argument("--jobs", type=int, default=2 * os.cpu_count(), help="slots (batch's default)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="slots (batch's default)")
     parser.add_argument("--mix", default="correct,stub", help=f"comma-separated of {sorted(KINDS)}")
-    parser.add_argument("--recycle", type=int, default=100)
+    parser.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE)
     args = parser.parse_args()
     config = grading_config.load()
     with tempfile.TemporaryDirectory() as tmp:

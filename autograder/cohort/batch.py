@@ -204,8 +204,9 @@ def register(commands):
     batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
     batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
     batch.add_argument("--cohort", required=True, help="cohort name in the store")
-    batch.add_argument("--jobs", type=int, default=2 * (os.cpu_count() or 1),
-                       help="parallel slots (default: twice the cores; a slot waits on its worker half the time)")
+    batch.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                       help="parallel slots (default: the cores; a slot and its worker take turns on "
+                            "about one core, and more slots cost more CPU per submission)")
     batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")
     batch.add_argument("--scheduler", help="Dask scheduler address: grade on that cluster (needs the dask extra)")
     batch.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE,

@@ -4,8 +4,9 @@ A slot is a long-lived trusted process (pytest, hypothesis and the hidden suite 
 with its own zygote of warm workers (warm.py): it grades one submission at a time through
 autograder.grade.collect_outcomes, with a slot number of its own so that parallel workers never
 share a uid. Student code runs only in the workers; a slot returns plain outcome dictionaries.
-A slot process is replaced after `recycle` submissions, so memory stays flat over a cohort,
-and whenever it dies.
+A slot process is replaced when it has grown by RECYCLE_GROWTH_MIB since its first submission
+(so memory stays flat over a cohort), after `recycle` submissions, and whenever it dies.
+Replacing a slot costs a torch import in its new zygote, so it is not done on a fixed short count.
 
 Executors take Task objects and yield (task, Result or GraderFailure) as grading finishes:
 LocalExecutor runs a SlotPool here; DaskExecutor sends tasks to a Dask distributed scheduler,
@@ -29,9 +30,12 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..worker import procfs
+
 PROJECT = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
-DEFAULT_RECYCLE = 100
+DEFAULT_RECYCLE = 1000
+RECYCLE_GROWTH_MIB = 64  # measured growth is ~1 MiB per 100 submissions; this catches a leak
 FIRST_SLOT = 1  # slot 0 (uid 61000) is what `grade` uses: a batch never shares it
 
 
@@ -54,15 +58,25 @@ class GraderFailure(Exception):
 
 
 # ---- the slot process ----------------------------------------------------------------------
+_loaded_config = {}  # grading.yml's text -> its parsed Config: a batch sends the same text each time
+
+
+def _config(config_text, scratch):
+    from .. import config as grading_config
+
+    if config_text not in _loaded_config:
+        grading_file = scratch / "grading.yml"
+        grading_file.write_text(config_text, encoding="utf-8")
+        _loaded_config.clear()
+        _loaded_config[config_text] = grading_config.load(grading_file)
+    return _loaded_config[config_text]
+
+
 def _grade_in_slot(slot, task, config_text, worker_class, scratch):
     """Grade one task inside a slot process; returns a JSON-ready reply."""
-    from .. import config as grading_config
     from ..grade import collect_outcomes
 
-    grading_file = scratch / "grading.yml"
-    if not grading_file.exists() or grading_file.read_text(encoding="utf-8") != config_text:
-        grading_file.write_text(config_text, encoding="utf-8")
-    config = grading_config.load(grading_file)
+    config = _config(config_text, scratch)
     submission_file = scratch / "attention.py"
     submission_file.write_text(task["source"], encoding="utf-8")
     started = time.monotonic()
@@ -103,6 +117,7 @@ class Slot:
         self.number = number
         self.proc = None
         self.done = 0
+        self.baseline_rss = self.rss = 0
 
     def grade(self, task, config_text):
         if self.proc is None:
@@ -119,6 +134,9 @@ class Slot:
             raise GraderFailure(f"grading slot {self.number} died while grading {task.key}")
         reply = json.loads(line)
         self.done += 1
+        self.rss = procfs.resident_bytes(self.proc.pid)
+        if self.done == 1:  # pytest and hypothesis are loaded by now
+            self.baseline_rss = self.rss
         if "failure" in reply:
             raise GraderFailure(reply["failure"])
         return Result(**reply["ok"])
@@ -136,6 +154,10 @@ class Slot:
         self.requests = os.fdopen(request_w, "w", encoding="utf-8")
         self.replies = os.fdopen(reply_r, "r", encoding="utf-8")
         self.done = 0
+
+    def worn_out(self, recycle):
+        """Whether to replace the slot process before its next submission."""
+        return self.done >= recycle or self.rss - self.baseline_rss > RECYCLE_GROWTH_MIB << 20
 
     def kill(self):
         """Stop at once (an interrupted batch): the slot's zygote and worker die with it."""
@@ -189,7 +211,7 @@ class SlotPool:
                 future.set_result(slot.grade(task, self.config_text))
             except Exception as exc:
                 future.set_exception(exc)
-            if slot.done >= self.recycle:
+            if slot.proc is not None and slot.worn_out(self.recycle):
                 slot.stop()
 
     def close(self, cancel=False):

@@ -5,6 +5,7 @@ so the reference it computes describes exactly the module the worker ran.
 """
 import numpy as np
 
+from ..worker import parameters
 from .failures import PropertyFailure, as_array
 
 # The contract's layers, per class: what the reference reads (a missing bias counts as zero).
@@ -28,37 +29,49 @@ class Reply:
 
 
 class Remote:
-    """A module built inside the worker."""
+    """A module built inside the worker.
 
-    def __init__(self, worker, cls, **kwargs):
+    With load_seed, the worker loads the parameters the grader chose for the contract layers
+    while it builds the module (worker/parameters.py draws them from np.random.default_rng(load_seed));
+    the grader draws the same values into `params` (float64, for its reference) and leaves `rng`
+    where they end, to draw the inputs from. A bias present or missing against the contract is
+    parameter_count's business: the reference uses whichever the module has. Parameters outside
+    the contract's layers (say a mask stored as a Parameter) keep the submission's own values,
+    so that the other checks still judge the student's module rather than one filled with noise.
+    """
+
+    def __init__(self, worker, cls, load_seed=None, **kwargs):
         self.worker, self.cls = worker, cls
-        info = worker.call(cls, "build", cls=cls, kwargs=kwargs)
+        layers = CONTRACT_LAYERS[cls]
+        load = None if load_seed is None else {"seed": load_seed, "layers": list(layers)}
+        info = worker.call(cls, "build", cls=cls, kwargs=kwargs, load=load)
         self.handle = info["handle"]
         self.param_shapes = {k: tuple(v) for k, v in info["params"].items()}
-        self.buffers = info["buffers"]
-        self.state_dict = info["state_dict"]
-        self.linear_bias = info["linear_bias"]
+        self._description = None
+        if load_seed is not None:
+            missing = [f"{layer}.weight" for layer in layers if f"{layer}.weight" not in self.param_shapes]
+            if missing:
+                raise PropertyFailure("missing_parameters", names=missing, found=sorted(self.param_shapes))
+            self.rng = np.random.default_rng(load_seed)
+            chosen = parameters.draw(self.rng, self.param_shapes, layers)
+            self.params = {k: v.astype(np.float64) for k, v in chosen.items()}
 
-    def load_random(self, rng):
-        """Draw fresh values for the contract layers' parameters, load them, return them as float64.
+    def _describe(self, key):
+        if self._description is None:
+            self._description = self.worker.call(self.cls, "describe", handle=self.handle)
+        return self._description[key]
 
-        A bias present or missing against the contract is parameter_count's business: the
-        reference uses whichever the module has. Parameters outside the contract's layers (say a
-        mask stored as a Parameter) keep the submission's own values, so that the other checks
-        still judge the student's module rather than one the grader filled with noise.
-        """
-        layers = CONTRACT_LAYERS[self.cls]
-        missing = [f"{layer}.weight" for layer in layers if f"{layer}.weight" not in self.param_shapes]
-        if missing:
-            raise PropertyFailure("missing_parameters", names=missing, found=sorted(self.param_shapes))
-        values = {}
-        for name, shape in self.param_shapes.items():
-            if name.rsplit(".", 1)[0] not in layers:
-                continue
-            fan_in = shape[-1] if len(shape) > 1 else 4
-            values[name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-        self.worker.call(self.cls, "set_params", handle=self.handle, params=values)
-        return {k: v.astype(np.float64) for k, v in values.items()}
+    @property
+    def buffers(self):
+        return self._describe("buffers")
+
+    @property
+    def state_dict(self):
+        return self._describe("state_dict")
+
+    @property
+    def linear_bias(self):
+        return self._describe("linear_bias")
 
     def run(self, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
             device="cpu", **kwargs):

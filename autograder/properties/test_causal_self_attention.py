@@ -11,16 +11,15 @@ from .strategies import causal_dims, rng_for, seeds
 CLS = "CausalSelfAttention"
 
 
-def build(worker, dims, dropout=0.0):
+def build(worker, dims, dropout=0.0, load_seed=None):
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, n_embd=dims["n_embd"], n_head=dims["n_head"],
+    return Remote(worker, CLS, load_seed, n_embd=dims["n_embd"], n_head=dims["n_head"],
                   block_size=dims["block_size"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
-    """A module with fresh random parameters: (module, its float64 parameters, the rng for inputs)."""
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout)
-    return module, module.load_random(rng), rng
+    """A module with the grader's parameters: (module, its float64 parameters, the rng for inputs)."""
+    module = build(worker, dims, dropout, load_seed=dims["seed"])
+    return module, module.params, module.rng
 
 
 def output(reply, dims):
@@ -143,9 +142,7 @@ def test_large_inputs(worker, dims):
 @graded(CLS, "fused_equivalence")
 @given(dims=causal_dims())
 def test_fused_equivalence(worker, dims):
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
-    params = module.load_random(rng)
+    module, params, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
     x = inputs(rng, dims)
     explicit = output(module.run(x), dims)
     fused = output(module.run(x, fused=True), dims)

@@ -13,15 +13,14 @@ from ..worker.client import SubmissionError
 CLS = "MultiHeadAttention"
 
 
-def build(worker, dims, dropout=0.0):
+def build(worker, dims, dropout=0.0, load_seed=None):
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
+    return Remote(worker, CLS, load_seed, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
-    """A module with fresh random parameters: (module, its float64 parameters, the rng for inputs)."""
-    rng = rng_for(dims)
-    module = build(worker, dims, dropout)
-    return module, module.load_random(rng), rng
+    """A module with the grader's parameters: (module, its float64 parameters, the rng for inputs)."""
+    module = build(worker, dims, dropout, load_seed=dims["seed"])
+    return module, module.params, module.rng
 
 
 def outputs(reply, dims):

@@ -18,6 +18,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
+import parameters  # noqa: E402
 import wire  # noqa: E402
 
 
@@ -89,7 +90,9 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, seed=0):
+    def op_build(self, cls, kwargs, seed=0, load=None):
+        """Build the class; with load={"seed", "layers"}, load the parameters the grader chose
+        (parameters.draw) into those layers. Returns the handle and the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -100,11 +103,19 @@ class Worker:
             raise StudentError("contract", f"{cls} is not an nn.Module")
         handle = str(len(self.instances))
         self.instances[handle] = instance
-        return {"handle": handle, **self.op_describe(handle)}
+        own = dict(instance.named_parameters())
+        shapes = {name: list(p.shape) for name, p in own.items()}
+        if load is not None:
+            values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"])
+            with self.torch.no_grad():
+                for name, value in values.items():
+                    own[name].copy_(self.torch.from_numpy(value))
+        return {"handle": handle, "params": shapes}
 
     def op_describe(self, handle):
+        """What only some checks read: buffers (with their values), the state_dict's keys, and
+        which nn.Linear layers have a bias."""
         module = self.instances[handle]
-        params = {name: list(p.shape) for name, p in module.named_parameters()}
         persistent = set(module.state_dict().keys())
         buffers = {
             name: {
@@ -120,22 +131,7 @@ class Worker:
             for name, sub in module.named_modules()
             if isinstance(sub, self.torch.nn.Linear)
         }
-        return {
-            "params": params,
-            "buffers": buffers,
-            "state_dict": sorted(persistent),
-            "linear_bias": linear_bias,
-        }
-
-    def op_set_params(self, handle, params):
-        module = self.instances[handle]
-        own = dict(module.named_parameters())
-        with self.torch.no_grad():
-            for name, value in params.items():
-                if name not in own or list(own[name].shape) != list(value.shape):
-                    raise StudentError("contract", f"parameter {name} missing or of another shape")
-                own[name].copy_(self.torch.from_numpy(value))
-        return {}
+        return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace_sdpa=False, device="cpu"):

@@ -60,3 +60,12 @@ def descendants(root, table=None):
         found.extend(below)
         frontier.extend(below)
     return found
+
+
+def resident_bytes(pid):
+    """The resident set size of one process, or 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0

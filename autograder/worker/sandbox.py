@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import procfs
 
-WORKER_FILES = ("child.py", "wire.py")
+WORKER_FILES = ("child.py", "wire.py", "parameters.py")
 CLONE_NEWNET = 0x40000000
 PR_SET_DUMPABLE = 4
 DEFAULT_BASE_UID = 61000

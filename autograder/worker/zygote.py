@@ -2,7 +2,7 @@
 
 Batch grading starts one zygote per parallel slot (autograder/cohort/warm.py is its trusted-side
 handle) as `python -I zygote.py CONTROL_FD`, in the same sandbox environment as a worker. It
-imports child.py (torch, numpy, wire) and exercises the operations an attention module uses, so
+imports child.py (torch, numpy, wire, parameters) and exercises the operations an attention module uses, so
 that each worker it forks starts with torch loaded and its kernels initialised instead of paying
 for that again. The zygote itself never runs student code: on each request it forks, and the
 fork takes the sandbox the grader prepared (new session, its directory and environment, the
@@ -33,15 +33,25 @@ MAX_MESSAGE = 1 << 16
 def warm_up(worker):
     """Initialise the torch kernels that attention code uses, forward and backward, with no module of ours left over.
 
-    Runs child.py's own request paths on a plain nn.Linear (build, describe, load parameters,
-    call with gradients and the SDPA counter, the meta device), then the functional operations.
+    Runs child.py's own request paths on a one-layer module (build with chosen parameters,
+    describe, call with gradients and the SDPA counter, the meta device), then the functional
+    operations.
     """
     import numpy as np
 
     torch = worker.torch
-    worker.module = types.SimpleNamespace(Linear=torch.nn.Linear)
-    handle = worker.op_build("Linear", {"in_features": 8, "out_features": 8})["handle"]
-    worker.op_set_params(handle, {"weight": np.eye(8, dtype=np.float32), "bias": np.zeros(8, np.float32)})
+
+    class WarmUp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    worker.module = types.SimpleNamespace(WarmUp=WarmUp)
+    handle = worker.op_build("WarmUp", {}, load={"seed": 0, "layers": ["proj"]})["handle"]
+    worker.op_describe(handle)
     x = np.ones((2, 3, 8), np.float32)
     for device in ("cpu", "meta"):
         worker.op_call(handle, "forward", args=[x], grad=device == "cpu", trace_sdpa=True, device=device)
