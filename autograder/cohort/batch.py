@@ -26,7 +26,7 @@ from .. import submission
 from ..grade import suite_version
 from ..outcomes import Outcome
 from . import gradescope_export
-from .executor import DEFAULT_RECYCLE, DaskExecutor, GraderFailure, LocalExecutor, Task
+from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
 from .store import DEFAULT_PATH, Store, Submitter
 
 SUBMISSION_SUFFIXES = (".py", ".zip", ".ipynb")
@@ -210,7 +210,8 @@ def register(commands):
     batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")
     batch.add_argument("--scheduler", help="Dask scheduler address: grade on that cluster (needs the dask extra)")
     batch.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE,
-                       help="replace a slot process after this many submissions (default: %(default)s)")
+                       help="replace a slot process after this many submissions, or sooner once it has "
+                            f"grown by {RECYCLE_GROWTH_MIB} MiB (default: %(default)s)")
     add_store_option(batch)
     _add_config_options(batch)
     batch.set_defaults(run=cmd_batch)

@@ -1,11 +1,14 @@
-"""Drive a module that lives in the worker: build it, load parameters, run it, read it back.
+"""Drive a module that lives in the worker: build it with chosen parameters, run it, read it back.
 
 The grader chooses every input and every parameter value itself (from a seed hypothesis drew),
 so the reference it computes describes exactly the module the worker ran.
 """
+import itertools
+
 import numpy as np
 
 from ..worker import parameters
+from ..worker.client import SubmissionError
 from .failures import PropertyFailure, as_array
 
 # The contract's layers, per class: what the reference reads (a missing bias counts as zero).
@@ -29,36 +32,67 @@ class Reply:
 
 
 class Remote:
-    """A module built inside the worker.
+    """A module built inside the worker, lazily: the build request goes out with the module's
+    first other request (worker.calls), so building and first use cost one exchange.
 
     With load_seed, the worker loads the parameters the grader chose for the contract layers
-    while it builds the module (worker/parameters.py draws them from np.random.default_rng(load_seed));
-    the grader draws the same values into `params` (float64, for its reference) and leaves `rng`
-    where they end, to draw the inputs from. A bias present or missing against the contract is
-    parameter_count's business: the reference uses whichever the module has. Parameters outside
-    the contract's layers (say a mask stored as a Parameter) keep the submission's own values,
-    so that the other checks still judge the student's module rather than one filled with noise.
+    while it builds the module (worker/parameters.py draws them from default_rng(load_seed)); the
+    grader draws the same values into `params` (float64, for its reference). A bias present or
+    missing against the contract is parameter_count's business: the reference uses whichever the
+    module has. Parameters outside the contract's layers (say a mask stored as a Parameter) keep
+    the submission's own values, so that the other checks still judge the student's module
+    rather than one filled with noise.
     """
 
     def __init__(self, worker, cls, load_seed=None, **kwargs):
         self.worker, self.cls = worker, cls
-        layers = CONTRACT_LAYERS[cls]
-        load = None if load_seed is None else {"seed": load_seed, "layers": list(layers)}
-        info = worker.call(cls, "build", cls=cls, kwargs=kwargs, load=load)
-        self.handle = info["handle"]
-        self.param_shapes = {k: tuple(v) for k, v in info["params"].items()}
+        self.handle = str(next(_handles))
+        self.layers = CONTRACT_LAYERS[cls]
+        self.load_seed = load_seed
+        load = None if load_seed is None else {"seed": load_seed, "layers": list(self.layers)}
+        self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load})
         self._description = None
-        if load_seed is not None:
-            missing = [f"{layer}.weight" for layer in layers if f"{layer}.weight" not in self.param_shapes]
+
+    def build(self):
+        """Build now (a test that expects the constructor itself to fail)."""
+        self._send()
+        return self
+
+    def _send(self, *requests):
+        """Send requests, after the build if it is still pending; return their answers, in order,
+        raising the build's failure first, then the contract's, then each request's own."""
+        pending = [self._pending_build] if self._pending_build else []
+        answers = self.worker.calls(self.cls, [*pending, *requests])
+        if pending:
+            self._built(_answer(answers.pop(0)))
+        return [_answer(answer) for answer in answers]
+
+    def _built(self, info):
+        self._pending_build = None
+        self._param_shapes = shapes = {k: tuple(v) for k, v in info["params"].items()}
+        if self.load_seed is not None:
+            missing = [f"{layer}.weight" for layer in self.layers if f"{layer}.weight" not in shapes]
             if missing:
-                raise PropertyFailure("missing_parameters", names=missing, found=sorted(self.param_shapes))
-            self.rng = np.random.default_rng(load_seed)
-            chosen = parameters.draw(self.rng, self.param_shapes, layers)
-            self.params = {k: v.astype(np.float64) for k, v in chosen.items()}
+                raise PropertyFailure("missing_parameters", names=missing, found=sorted(shapes))
+            chosen = parameters.draw(np.random.default_rng(self.load_seed), shapes, self.layers)
+            self._params = {k: v.astype(np.float64) for k, v in chosen.items()}
+
+    @property
+    def param_shapes(self):
+        if self._pending_build:
+            self._send()
+        return self._param_shapes
+
+    @property
+    def params(self):
+        """The contract layers' parameters as loaded (float64): only for a module built with load_seed."""
+        if self._pending_build:
+            self._send()
+        return self._params
 
     def _describe(self, key):
         if self._description is None:
-            self._description = self.worker.call(self.cls, "describe", handle=self.handle)
+            self._description, = self._send(("describe", {"handle": self.handle}))
         return self._description[key]
 
     @property
@@ -75,15 +109,24 @@ class Remote:
 
     def run(self, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
             device="cpu", **kwargs):
-        raw = self.worker.call(
-            self.cls, "call", handle=self.handle, method=method, args=list(args), kwargs=kwargs,
-            train=train, seed=seed, grad=grad, trace_sdpa=trace_sdpa, device=device,
-        )
+        raw, = self._send(("call", {
+            "handle": self.handle, "method": method, "args": list(args), "kwargs": kwargs,
+            "train": train, "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device,
+        }))
         return Reply(raw)
 
     @property
     def parameter_count(self):
         return int(sum(np.prod(s, dtype=np.int64) for s in self.param_shapes.values()))
+
+
+_handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
+
+
+def _answer(answer):
+    if isinstance(answer, SubmissionError):
+        raise answer
+    return answer
 
 
 def gaussian(rng, *shape, scale=1.0):

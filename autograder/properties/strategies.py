@@ -53,4 +53,11 @@ def causal_dims(draw, min_batch=1, min_time=1):
 
 
 def rng_for(dims):
+    """The rng of an example's inputs."""
     return np.random.default_rng(dims["seed"])
+
+
+def parameter_seed(dims):
+    """The seed of an example's parameters: a stream apart from the inputs', so that the inputs
+    can be drawn before the worker has said what shapes the parameters have."""
+    return [dims["seed"], 1]

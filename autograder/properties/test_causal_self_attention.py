@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import example, expect_close, require
 from .harness import Remote, gaussian, graded
-from .strategies import causal_dims, rng_for, seeds
+from .strategies import causal_dims, parameter_seed, rng_for, seeds
 
 CLS = "CausalSelfAttention"
 
@@ -17,9 +17,8 @@ def build(worker, dims, dropout=0.0, load_seed=None):
                   block_size=dims["block_size"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
-    """A module with the grader's parameters: (module, its float64 parameters, the rng for inputs)."""
-    module = build(worker, dims, dropout, load_seed=dims["seed"])
-    return module, module.params, module.rng
+    """A module with the grader's parameters (module.params) and the rng of its inputs."""
+    return build(worker, dims, dropout, load_seed=parameter_seed(dims)), rng_for(dims)
 
 
 def output(reply, dims):
@@ -72,7 +71,7 @@ def test_mask_buffer(worker, dims):
 @graded(CLS, "causality")
 @given(dims=causal_dims(min_time=2), data=st.data())
 def test_causality(worker, dims, data):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     T = dims["T"]
     position = data.draw(st.integers(1, T - 1), label="position")
     example(**dims, position=position)
@@ -92,23 +91,23 @@ def test_causality(worker, dims, data):
 @graded(CLS, "reference_match")
 @given(dims=causal_dims())
 def test_reference_match(worker, dims):
-    module, params, rng = loaded(worker, dims, dropout=0.2)
+    module, rng = loaded(worker, dims, dropout=0.2)
     x = inputs(rng, dims)
-    expect_close(output(module.run(x), dims), expected(params, dims, x), "reference_mismatch",
+    expect_close(output(module.run(x), dims), expected(module.params, dims, x), "reference_mismatch",
                  what="output", masked=True)
 
 
 @graded(CLS, "batch_independence")
 @given(dims=causal_dims(min_batch=2))
 def test_batch_independence(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: output(r, dims))
 
 
 @graded(CLS, "eval_deterministic")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
-    module, _, rng = loaded(worker, dims, dropout=0.5)
+    module, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
     first, second = (output(module.run(x, seed=s), dims) for s in (seed, seed + 1))
     expect_close(second, first, "eval_not_deterministic", atol=0, rtol=0, what="output")
@@ -117,7 +116,7 @@ def test_eval_deterministic(worker, dims, seed):
 @graded(CLS, "train_dropout")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_train_dropout(worker, dims, seed):
-    module, _, rng = loaded(worker, dims, dropout=0.5)
+    module, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
     evaluated = output(module.run(x), dims)
     trained = output(module.run(x, train=True, seed=seed), dims)
@@ -128,30 +127,30 @@ def test_train_dropout(worker, dims, seed):
 @graded(CLS, "gradients")
 @given(dims=causal_dims(min_time=2), fused=st.booleans())
 def test_gradients(worker, dims, fused):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), fused=fused, grad=True))
 
 
 @graded(CLS, "large_inputs")
 @given(dims=causal_dims(min_time=2))
 def test_large_inputs(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.finite(output(module.run(inputs(rng, dims, scale=1e3)), dims), "output")
 
 
 @graded(CLS, "fused_equivalence")
 @given(dims=causal_dims())
 def test_fused_equivalence(worker, dims):
-    module, params, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
+    module, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
     x = inputs(rng, dims)
     explicit = output(module.run(x), dims)
     fused = output(module.run(x, fused=True), dims)
-    expect_close(fused, expected(params, dims, x), "fused_mismatch", against="reference")
+    expect_close(fused, expected(module.params, dims, x), "fused_mismatch", against="reference")
     expect_close(fused, explicit, "fused_mismatch", against="forward(x)")
     if checks.cuda_available(worker, CLS):
         for path in (False, True):
             on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
-            expect_close(on_gpu, expected(params, dims, x), "fused_mismatch", against="cuda_fused" if path else "cuda_explicit")
+            expect_close(on_gpu, expected(module.params, dims, x), "fused_mismatch", against="cuda_fused" if path else "cuda_explicit")
 
 
 @graded(CLS, "fused_calls_sdpa")
@@ -166,11 +165,11 @@ def test_fused_calls_sdpa(worker, dims):
 @graded(CLS, "device")
 @given(dims=causal_dims(), fused=st.booleans())
 def test_device(worker, dims, fused):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     x = inputs(rng, dims)
     shapes = [(dims["B"], dims["T"], dims["n_embd"])]
     checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "meta", shapes)
     if checks.cuda_available(worker, CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
-        expect_close(output(reply, dims), expected(params, dims, x), "reference_mismatch",
+        expect_close(output(reply, dims), expected(module.params, dims, x), "reference_mismatch",
                      what="output_cuda", masked=True)

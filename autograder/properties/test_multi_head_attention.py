@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
 from .harness import Remote, gaussian, graded, random_mask
-from .strategies import multi_head_dims, rng_for, seeds
+from .strategies import multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.client import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -18,9 +18,8 @@ def build(worker, dims, dropout=0.0, load_seed=None):
     return Remote(worker, CLS, load_seed, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
-    """A module with the grader's parameters: (module, its float64 parameters, the rng for inputs)."""
-    module = build(worker, dims, dropout, load_seed=dims["seed"])
-    return module, module.params, module.rng
+    """A module with the grader's parameters (module.params) and the rng of its inputs."""
+    return build(worker, dims, dropout, load_seed=parameter_seed(dims)), rng_for(dims)
 
 
 def outputs(reply, dims):
@@ -66,7 +65,7 @@ def test_divisibility_error(worker, heads, per_head, offset):
     d_model = heads * per_head + 1 + offset % (heads - 1)  # never a multiple of heads
     example(d_model=d_model, h=heads)
     try:
-        Remote(worker, CLS, d_model=d_model, num_heads=heads)
+        Remote(worker, CLS, d_model=d_model, num_heads=heads).build()
     except SubmissionError as exc:
         if exc.exc_type in ("AssertionError", "ValueError"):
             return
@@ -90,7 +89,7 @@ def test_split_heads(worker, dims):
 @graded(CLS, "rows_sum_to_one")
 @given(dims=multi_head_dims())
 def test_rows_sum_to_one(worker, dims):
-    module, _, rng = loaded(worker, dims, dropout=0.3)
+    module, rng = loaded(worker, dims, dropout=0.3)
     for mask in (None, *masks(rng, dims)):
         checks.rows_sum_to_one(outputs(module.run(*cross_inputs(rng, dims), mask=mask), dims)[1])
 
@@ -98,7 +97,7 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=multi_head_dims(min_time=2))
 def test_masked_zero(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     for mask in masks(rng, dims):
         _, weights = outputs(module.run(*cross_inputs(rng, dims), mask=mask), dims)
         checks.masked_weights_zero(weights, mask if mask.ndim == 4 else mask[:, None])
@@ -107,10 +106,10 @@ def test_masked_zero(worker, dims):
 @graded(CLS, "scale")
 @given(dims=multi_head_dims(min_time=2, min_heads=2))
 def test_scale(worker, dims):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     query, key, value = cross_inputs(rng, dims)
     _, weights = outputs(module.run(query, key, value), dims)
-    q, k = (reference.split_heads(reference.linear(t.astype(np.float64), params, n), dims["h"])
+    q, k = (reference.split_heads(reference.linear(t.astype(np.float64), module.params, n), dims["h"])
             for t, n in ((query, "W_Q"), (key, "W_K")))
     checks.scale_is(weights, reference.unscaled_scores(q, k), dims["d_model"] // dims["h"])
 
@@ -118,12 +117,12 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=multi_head_dims(), use_mask=st.booleans())
 def test_reference_match(worker, dims, use_mask):
-    module, params, rng = loaded(worker, dims, dropout=0.2)
+    module, rng = loaded(worker, dims, dropout=0.2)
     query, key, value = cross_inputs(rng, dims)
     mask = masks(rng, dims)[0] if use_mask else None
     out, weights = outputs(module.run(query, key, value, mask=mask), dims)
     ref_out, ref_weights = reference.multi_head_attention(
-        params, dims["h"], *(t.astype(np.float64) for t in (query, key, value)), mask)
+        module.params, dims["h"], *(t.astype(np.float64) for t in (query, key, value)), mask)
     expect_close(weights, ref_weights, "reference_mismatch", what="weights", masked=use_mask)
     expect_close(out, ref_out, "reference_mismatch", what="output", masked=use_mask)
 
@@ -131,14 +130,14 @@ def test_reference_match(worker, dims, use_mask):
 @graded(CLS, "batch_independence")
 @given(dims=multi_head_dims(min_batch=2))
 def test_batch_independence(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.batch_independent(module.run, list(cross_inputs(rng, dims)), rng, lambda r: outputs(r, dims)[0])
 
 
 @graded(CLS, "eval_deterministic")
 @given(dims=multi_head_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
-    module, _, rng = loaded(worker, dims, dropout=0.5)
+    module, rng = loaded(worker, dims, dropout=0.5)
     args = cross_inputs(rng, dims)
     first, second = (outputs(module.run(*args, seed=s), dims) for s in (seed, seed + 1))
     for what, a, b in zip(("output", "weights"), first, second):
@@ -148,7 +147,7 @@ def test_eval_deterministic(worker, dims, seed):
 @graded(CLS, "train_dropout")
 @given(dims=multi_head_dims(min_time=2), seed=seeds)
 def test_train_dropout(worker, dims, seed):
-    module, _, rng = loaded(worker, dims, dropout=0.5)
+    module, rng = loaded(worker, dims, dropout=0.5)
     args = cross_inputs(rng, dims)
     _, eval_weights = outputs(module.run(*args), dims)
     _, train_weights = outputs(module.run(*args, train=True, seed=seed), dims)
@@ -162,14 +161,14 @@ def test_train_dropout(worker, dims, seed):
 @graded(CLS, "gradients")
 @given(dims=multi_head_dims(min_time=2))
 def test_gradients(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.gradients_reach_every_parameter(module.run(*cross_inputs(rng, dims), grad=True))
 
 
 @graded(CLS, "large_inputs")
 @given(dims=multi_head_dims(min_time=2))
 def test_large_inputs(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     out, weights = outputs(module.run(*cross_inputs(rng, dims, scale=1e3)), dims)
     checks.stable(out, weights)
 
@@ -177,12 +176,12 @@ def test_large_inputs(worker, dims):
 @graded(CLS, "device")
 @given(dims=multi_head_dims())
 def test_device(worker, dims):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     args, mask = cross_inputs(rng, dims), masks(rng, dims)[0]
     B, Tq, Tk, h, d = dims["B"], dims["Tq"], dims["Tk"], dims["h"], dims["d_model"]
     shapes = [(B, Tq, d), (B, h, Tq, Tk)]
     checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "meta", shapes)
     if checks.cuda_available(worker, CLS):
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
-        expected = reference.multi_head_attention(params, h, *(t.astype(np.float64) for t in args), mask)[0]
+        expected = reference.multi_head_attention(module.params, h, *(t.astype(np.float64) for t in args), mask)[0]
         expect_close(outputs(reply, dims)[0], expected, "reference_mismatch", what="output_cuda", masked=True)

@@ -5,7 +5,7 @@ from hypothesis import given
 from . import checks, reference
 from .failures import example, expect_close, require
 from .harness import Remote, gaussian, graded, random_mask
-from .strategies import rng_for, self_attention_dims
+from .strategies import parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
 
@@ -18,9 +18,8 @@ def build(worker, dims, load_seed=None):
     return Remote(worker, CLS, load_seed, **kwargs)
 
 def loaded(worker, dims):
-    """A module with the grader's parameters: (module, its float64 parameters, the rng for inputs)."""
-    module = build(worker, dims, load_seed=dims["seed"])
-    return module, module.params, module.rng
+    """A module with the grader's parameters (module.params) and the rng of its inputs."""
+    return build(worker, dims, load_seed=parameter_seed(dims)), rng_for(dims)
 
 
 def d_k_of(dims):
@@ -57,7 +56,7 @@ def test_parameter_count(worker, dims):
 @graded(CLS, "rows_sum_to_one")
 @given(dims=self_attention_dims())
 def test_rows_sum_to_one(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     for mask in (None, random_mask(rng, dims["B"], dims["T"], dims["T"])):
         _, weights = outputs(module.run(inputs(rng, dims), mask=mask), dims)
         checks.rows_sum_to_one(weights)
@@ -66,7 +65,7 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=self_attention_dims(min_time=2))
 def test_masked_zero(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
     for mask in (random_mask(rng, B, T, T), random_mask(rng, 1, T, T), np.tril(np.ones((T, T), np.float32))):
         _, weights = outputs(module.run(inputs(rng, dims), mask=mask), dims)
@@ -76,21 +75,21 @@ def test_masked_zero(worker, dims):
 @graded(CLS, "scale")
 @given(dims=self_attention_dims(min_time=2))
 def test_scale(worker, dims):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     x = inputs(rng, dims)
     _, weights = outputs(module.run(x), dims)
-    q, k = (reference.linear(x.astype(np.float64), params, n) for n in ("W_Q", "W_K"))
+    q, k = (reference.linear(x.astype(np.float64), module.params, n) for n in ("W_Q", "W_K"))
     checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims))
 
 
 @graded(CLS, "reference_match")
 @given(dims=self_attention_dims())
 def test_reference_match(worker, dims):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     x = inputs(rng, dims)
     for mask in (None, random_mask(rng, dims["B"], dims["T"], dims["T"])):
         out, weights = outputs(module.run(x, mask=mask), dims)
-        ref_out, ref_weights = reference.self_attention(params, x.astype(np.float64), mask)
+        ref_out, ref_weights = reference.self_attention(module.params, x.astype(np.float64), mask)
         expect_close(weights, ref_weights, "reference_mismatch", what="weights", masked=mask is not None)
         expect_close(out, ref_out, "reference_mismatch", what="output", masked=mask is not None)
 
@@ -98,21 +97,21 @@ def test_reference_match(worker, dims):
 @graded(CLS, "batch_independence")
 @given(dims=self_attention_dims(min_batch=2))
 def test_batch_independence(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: outputs(r, dims)[0])
 
 
 @graded(CLS, "gradients")
 @given(dims=self_attention_dims(min_time=2))
 def test_gradients(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), grad=True))
 
 
 @graded(CLS, "large_inputs")
 @given(dims=self_attention_dims(min_time=2))
 def test_large_inputs(worker, dims):
-    module, _, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     out, weights = outputs(module.run(inputs(rng, dims, scale=1e3)), dims)
     checks.stable(out, weights)
 
@@ -120,12 +119,12 @@ def test_large_inputs(worker, dims):
 @graded(CLS, "device")
 @given(dims=self_attention_dims())
 def test_device(worker, dims):
-    module, params, rng = loaded(worker, dims)
+    module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
     x, mask = inputs(rng, dims), random_mask(rng, B, T, T)
     shapes = [(B, T, d_k_of(dims)), (B, T, T)]
     checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "meta", shapes)
     if checks.cuda_available(worker, CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
-        expect_close(outputs(reply, dims)[0], reference.self_attention(params, x.astype(np.float64), mask)[0],
+        expect_close(outputs(reply, dims)[0], reference.self_attention(module.params, x.astype(np.float64), mask)[0],
                      "reference_mismatch", what="output_cuda", masked=True)

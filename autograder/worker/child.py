@@ -1,9 +1,9 @@
 """The worker: the only process that imports and runs the student's code.
 
 It is started by autograder.worker.client inside a sandbox, with the submission copied alone into
-its working directory and this file and wire.py copied beside it. It answers requests (build a
-class, load parameters, run a method, report parameters, buffers and gradients) and sends back
-plain values. It never judges anything: a submission that rewrites this process can only make
+its working directory and this file, wire.py and parameters.py copied beside it. It answers
+requests one after another, in the order sent (build a class with the parameters the grader
+chose, run a method, report buffers and gradients), and sends back plain values. It never judges anything: a submission that rewrites this process can only make
 its own answers wrong, because the checks run in the grader's process.
 
 Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
@@ -90,9 +90,10 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, seed=0, load=None):
-        """Build the class; with load={"seed", "layers"}, load the parameters the grader chose
-        (parameters.draw) into those layers. Returns the handle and the parameters' shapes."""
+    def op_build(self, cls, kwargs, handle, seed=0, load=None):
+        """Build the class as `handle` (the grader names it, so that it can send the next request
+        before this one is answered); with load={"seed", "layers"}, load the parameters the
+        grader chose (parameters.draw) into those layers. Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -101,7 +102,6 @@ class Worker:
         instance = factory(*args) if args else factory(**kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("contract", f"{cls} is not an nn.Module")
-        handle = str(len(self.instances))
         self.instances[handle] = instance
         own = dict(instance.named_parameters())
         shapes = {name: list(p.shape) for name, p in own.items()}
@@ -110,7 +110,7 @@ class Worker:
             with self.torch.no_grad():
                 for name, value in values.items():
                     own[name].copy_(self.torch.from_numpy(value))
-        return {"handle": handle, "params": shapes}
+        return {"params": shapes}
 
     def op_describe(self, handle):
         """What only some checks read: buffers (with their values), the state_dict's keys, and

@@ -70,6 +70,11 @@ class SubmissionHalted(BaseException):
 INPUT_DEPENDENT = ("exception", "bad_output", "contract")
 
 
+def _label(op, args):
+    """How a request is named in failures: the method it calls, or __init__ for a build."""
+    return args.get("method") or ("__init__" if op == "build" else op)
+
+
 def _worker_processes(session, uid=None):
     """(pid, rss_bytes) of every process in the worker's session and, as root, of its uid.
 
@@ -103,16 +108,40 @@ class Worker:
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
         """Send one request on behalf of class `owner` and return the worker's answer."""
-        try:
-            return self._call(owner, op, **args)
-        except SubmissionError as exc:
-            if exc.kind in INPUT_DEPENDENT:
-                raise
-            raise SubmissionHalted(exc) from None
+        answer, = self.calls(owner, [(op, args)])
+        if isinstance(answer, SubmissionError):
+            raise answer
+        return answer
 
-    def _call(self, owner, op, **args):
-        cls = owner
-        label = args.get("method") or ("__init__" if op == "build" else op)
+    def calls(self, owner, requests):
+        """Send several (op, args) requests of class `owner` at once; return, in order, each
+        one's answer or the SubmissionError it failed with, for the caller to raise in its order.
+
+        The worker reads the next request as soon as it has answered one, so a build and the
+        first call on it cost one exchange instead of two. Each request keeps its own deadline
+        and its own name in failures, and every answer the worker sends is read, so none is left
+        for the next exchange. If the first failure is one that no input avoids (a timeout, a
+        crash, code not written yet...), it is raised as SubmissionHalted instead.
+        """
+        try:
+            self._send_requests(owner, requests)
+        except SubmissionError as exc:
+            raise SubmissionHalted(exc) from None
+        answers = []
+        for op, args in requests:
+            try:
+                answers.append(self._answer(owner, op, args))
+            except SubmissionError as exc:
+                answers.append(exc)
+                if self.proc is None:  # the worker is gone: no answer is left to read
+                    answers += [exc] * (len(requests) - len(answers))
+                    break
+        failure = next((a for a in answers if isinstance(a, SubmissionError)), None)
+        if failure is not None and failure.kind not in INPUT_DEPENDENT:
+            raise SubmissionHalted(failure)
+        return answers
+
+    def _send_requests(self, cls, requests):
         if self.fatal:
             raise self.fatal.again()
         if cls in self.dead:
@@ -120,22 +149,14 @@ class Worker:
         self._ensure_started()
         if self.fatal:
             raise self.fatal.again()
-        kind, budget, limit = self._budget(cls)
-        begin = time.monotonic()
-        try:
-            reply = self._exchange({"op": op, "args": args}, budget)
-        except SubmissionError as exc:
-            exc.cls, exc.op = cls, label
-            if exc.kind == "timeout":
-                exc.kind, exc.limit = kind, limit
-            if exc.kind in FATAL_TO_CLASS:
-                self.dead[cls] = exc
-                self.stop()
-            if exc.kind == "submission_budget":
-                self.fatal = exc
-            raise
-        finally:
-            self.spent[cls] = self.spent.get(cls, 0.0) + time.monotonic() - begin
+        op, args = requests[0]
+        frames = b"".join(wire.encode({"op": op, "args": args}) for op, args in requests)
+        self._timed(cls, _label(op, args), lambda deadline: self._send(frames, deadline))
+
+    def _answer(self, cls, op, args):
+        """Wait for the answer to the oldest request not yet answered."""
+        label = _label(op, args)
+        reply = self._timed(cls, label, self._receive)
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             kind = error.get("kind") if error.get("kind") in WORKER_KINDS else "exception"
@@ -148,6 +169,28 @@ class Worker:
         if not isinstance(reply.get("ok"), dict):
             raise SubmissionError("protocol", "malformed reply", cls=cls, op=label)
         return reply["ok"]
+
+    def _timed(self, cls, label, step):
+        """Run step(deadline) under the tightest of the request's, class's and submission's
+        budgets, charging the time to the class; a failure marks the class or the worker."""
+        kind, budget, limit = self._budget(cls)
+        begin = time.monotonic()
+        try:
+            if budget <= 0:
+                raise SubmissionError("timeout")
+            return step(begin + budget)
+        except SubmissionError as exc:
+            exc.cls, exc.op = cls, label
+            if exc.kind == "timeout":
+                exc.kind, exc.limit = kind, limit
+            if exc.kind in FATAL_TO_CLASS:
+                self.dead[cls] = exc
+                self.stop()
+            if exc.kind == "submission_budget":
+                self.fatal = exc
+            raise
+        finally:
+            self.spent[cls] = self.spent.get(cls, 0.0) + time.monotonic() - begin
 
     def _budget(self, cls):
         """(kind, seconds, limit) of the tightest deadline for the next request of class cls.
@@ -221,6 +264,7 @@ class Worker:
             os.close(fd)
         self.request_fd, self.response_fd, self.output_fd = req_w, resp_r, out_r
         self.output_open = True
+        self.inbox = bytearray()  # reply bytes read but not yet taken
         os.set_blocking(req_w, False)
         self.ready = False
         self.spawned_at = time.monotonic()
@@ -262,13 +306,6 @@ class Worker:
             self.ready = True
             self.classes = ready.get("ok", {}).get("classes", [])
 
-    def _exchange(self, message, budget):
-        deadline = time.monotonic() + max(budget, 0.0)
-        if budget <= 0:
-            raise SubmissionError("timeout")
-        self._send(wire.encode(message), deadline)
-        return self._receive(deadline)
-
     def _send(self, frame, deadline):
         view = memoryview(frame)
         while view:
@@ -285,9 +322,14 @@ class Worker:
                     raise self._crash() from None
 
     def _receive(self, deadline):
-        buffer = bytearray()
-        expected = None
+        """The worker's next reply: already read along with an earlier one, or read now."""
         while True:
+            try:
+                reply = self._take_reply()
+            except wire.WireError as exc:
+                raise SubmissionError("protocol", str(exc)) from None
+            if reply is not None:
+                return reply
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SubmissionError("timeout")
@@ -297,19 +339,24 @@ class Worker:
                 chunk = os.read(self.response_fd, 1 << 20)
                 if not chunk:
                     raise self._crash()
-                buffer += chunk
+                self.inbox += chunk
             self._check_resources()
-            try:
-                if expected is None and len(buffer) >= wire.PREFIX_SIZE:
-                    expected = wire.frame_length(bytes(buffer[: wire.PREFIX_SIZE]))
-                if expected is not None and len(buffer) >= wire.PREFIX_SIZE + expected[0]:
-                    body = bytes(buffer[wire.PREFIX_SIZE: wire.PREFIX_SIZE + expected[0]])
-                    reply = wire.decode(body, expected[1])
-                    if not isinstance(reply, dict):
-                        raise wire.WireError("reply is not a mapping")
-                    return reply
-            except wire.WireError as exc:
-                raise SubmissionError("protocol", str(exc)) from None
+
+    def _take_reply(self):
+        """Cut the first whole frame off the inbox and decode it; None while it is incomplete."""
+        inbox = self.inbox
+        if len(inbox) < wire.PREFIX_SIZE:
+            return None
+        total, header_len = wire.frame_length(bytes(inbox[:wire.PREFIX_SIZE]))
+        end = wire.PREFIX_SIZE + total
+        if len(inbox) < end:
+            return None
+        body = bytes(inbox[wire.PREFIX_SIZE:end])
+        del inbox[:end]
+        reply = wire.decode(body, header_len)
+        if not isinstance(reply, dict):
+            raise wire.WireError("reply is not a mapping")
+        return reply
 
     def _outputs(self):
         return [self.output_fd] if self.output_open else []

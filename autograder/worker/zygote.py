@@ -50,7 +50,8 @@ def warm_up(worker):
             return self.proj(x)
 
     worker.module = types.SimpleNamespace(WarmUp=WarmUp)
-    handle = worker.op_build("WarmUp", {}, load={"seed": 0, "layers": ["proj"]})["handle"]
+    handle = "warm-up"
+    worker.op_build("WarmUp", {}, handle, load={"seed": 0, "layers": ["proj"]})
     worker.op_describe(handle)
     x = np.ones((2, 3, 8), np.float32)
     for device in ("cpu", "meta"):

@@ -1,0 +1,96 @@
+"""Worker.calls: several requests sent at once, every answer read, each failure named and ordered.
+
+The suite sends a module's build together with its first call; these tests pin down what that
+must never change: answers arrive in order, a failed build leaves no answer behind for the next
+exchange, a failure that no input avoids still halts the test, and a hang is blamed on the
+request that hung.
+"""
+import textwrap
+
+import numpy as np
+import pytest
+
+from autograder.config import Limits
+from autograder.worker import parameters
+from autograder.worker.client import SubmissionError, SubmissionHalted, Worker
+
+SOURCE = textwrap.dedent('''
+    import time
+    import torch
+    from torch import nn
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k=None):
+            super().__init__()
+            if d_model == 3:
+                raise ValueError("three is not allowed")
+            if d_model == 5:
+                time.sleep(60)
+            self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
+
+        def forward(self, x):
+            return self.W_Q(x) * 2
+
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, d_model, num_heads):
+            raise NotImplementedError
+''')
+
+
+@pytest.fixture
+def worker():
+    started = Worker(SOURCE, Limits(request_s=3, memory_mib=1024))
+    started.start()
+    yield started
+    started.stop()
+
+
+def build(handle, d_model):
+    return ("build", {"cls": "SelfAttention", "kwargs": {"d_model": d_model}, "handle": handle,
+                      "load": {"seed": 0, "layers": ["W_Q"]}})
+
+
+def call(handle, x):
+    return ("call", {"handle": handle, "method": "forward", "args": [x]})
+
+
+def test_build_and_call_sent_together_answer_in_order(worker):
+    x = np.ones((1, 2, 4), np.float32)
+    built, ran = worker.calls("SelfAttention", [build("a", 4), call("a", x)])
+    assert built == {"params": {"W_Q.weight": [4, 4]}}
+    weight = parameters.draw(np.random.default_rng(0), {"W_Q.weight": (4, 4)}, ["W_Q"])["W_Q.weight"]
+    np.testing.assert_allclose(ran["outputs"][0], 2 * x @ weight.T, rtol=1e-6)
+    again = worker.call("SelfAttention", "call", handle="a", method="forward", args=[x])
+    np.testing.assert_array_equal(again["outputs"][0], ran["outputs"][0])
+
+
+def test_a_failed_build_leaves_no_answer_behind(worker):
+    x = np.ones((1, 2, 3), np.float32)
+    failed_build, failed_call = worker.calls("SelfAttention", [build("b", 3), call("b", x)])
+    assert isinstance(failed_build, SubmissionError) and failed_build.op == "__init__"
+    assert failed_build.exc_type == "ValueError" and "three" in failed_build.message
+    assert isinstance(failed_call, SubmissionError) and failed_call.op == "forward"
+    # The next exchange gets its own answers, not the ones of the failed pair.
+    built, ran = worker.calls("SelfAttention", [build("c", 2), call("c", np.ones((1, 1, 2), np.float32))])
+    assert built["params"] == {"W_Q.weight": [2, 2]}
+    assert ran["outputs"][0].shape == (1, 1, 2)
+
+
+def test_a_halting_failure_is_raised_and_its_pair_drained(worker):
+    with pytest.raises(SubmissionHalted) as halted:
+        worker.calls("MultiHeadAttention", [
+            ("build", {"cls": "MultiHeadAttention", "kwargs": {"d_model": 4, "num_heads": 2}, "handle": "m"}),
+            ("call", {"handle": "m", "method": "forward", "args": []}),
+        ])
+    assert halted.value.error.kind == "not_implemented" and halted.value.error.op == "__init__"
+    built, = worker.calls("SelfAttention", [build("d", 2)])
+    assert built["params"] == {"W_Q.weight": [2, 2]}
+
+
+def test_a_hang_is_blamed_on_the_request_that_hung(worker):
+    with pytest.raises(SubmissionHalted) as halted:
+        worker.calls("SelfAttention", [build("e", 5), call("e", np.ones((1, 1, 5), np.float32))])
+    error = halted.value.error
+    assert (error.kind, error.op, error.limit) == ("timeout", "__init__", 3)
+    with pytest.raises(SubmissionHalted):  # the class is dead: it fails at once from now on
+        worker.call("SelfAttention", "build", **build("f", 2)[1])
