@@ -11,7 +11,7 @@ import pytest
 
 from autograder import config as grading_config
 from autograder.cohort import batch
-from autograder.cohort.executor import LocalExecutor
+from autograder.cohort.executor import RECYCLE_GROWTH_MIB, LocalExecutor, Slot
 from autograder.cohort.store import Store
 from autograder.grade import collect_outcomes
 
@@ -144,3 +144,13 @@ def test_a_submission_cannot_reach_the_next_one_in_its_slot(tmp_path):
     everything = {(p.cls, p.name) for p in CONFIG.properties}
     assert passed(results["a_hostile.py"]) != everything
     assert passed(results["b_correct.py"]) == everything
+
+
+def test_a_slot_is_replaced_after_its_count_or_once_it_has_grown():
+    slot = Slot(1)
+    slot.done, slot.baseline_rss, slot.rss = 5, 100 << 20, (100 + RECYCLE_GROWTH_MIB) << 20
+    assert not slot.worn_out(recycle=10)
+    slot.rss += 1 << 20
+    assert slot.worn_out(recycle=10)
+    slot.rss, slot.done = slot.baseline_rss, 10
+    assert slot.worn_out(recycle=10)

@@ -30,29 +30,6 @@ from .store import Store, StoreError
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP_FAILURES = 10
 
-LABELS = {
-    "es": {
-        "title": "Informe de la cohorte", "run": "Corrida", "graded_with": "Corregida con", "rescored_with":
-        "Puntuada con grading.yml", "submissions": "Entregas", "mean": "Media", "median": "Mediana",
-        "histogram": "Distribución de puntajes", "pass_rate": "Tasa de aprobación", "per_property": "por propiedad",
-        "per_class": "por clase", "failures": "Fallos más comunes", "count": "Veces", "message": "Mensaje de ejemplo",
-        "students": "Estudiantes", "name": "Nombre", "score": "Puntaje", "feedback": "Retroalimentación",
-        "hidden_total": "Hay pruebas ocultas: el total se publicará más adelante.",
-        "passed": "correcto", "failed": "incorrecto", "error": "error", "timeout": "tiempo agotado",
-        "unfinished": "corrida sin terminar",
-    },
-    "en": {
-        "title": "Cohort report", "run": "Run", "graded_with": "Graded with", "rescored_with":
-        "Scored with grading.yml", "submissions": "Submissions", "mean": "Mean", "median": "Median",
-        "histogram": "Score distribution", "pass_rate": "Pass rate", "per_property": "per property",
-        "per_class": "per class", "failures": "Most common failures", "count": "Count", "message": "Example message",
-        "students": "Students", "name": "Name", "score": "Score", "feedback": "Feedback",
-        "hidden_total": "Some tests are hidden: the total will be published later.",
-        "passed": "passed", "failed": "failed", "error": "error", "timeout": "timed out",
-        "unfinished": "unfinished run",
-    },
-}
-
 
 class ReportError(Exception):
     """The stored outcomes cannot be scored with this grading.yml."""
@@ -203,7 +180,7 @@ def write_reports(store, cohort, out, config, run_id=None):
         raise ReportError(f"run {run.id} of {cohort!r} has no results yet")
     out = Path(out)
     (out / "students").mkdir(parents=True, exist_ok=True)
-    labels = LABELS[config.language]
+    labels = feedback.catalog(config.language)["report"]
     env = environment()
     write_gradebook(out / "gradebook.csv", graded, config)
     for item in graded:
