@@ -1,9 +1,10 @@
 """The grader's side of the trust boundary: starts the worker, sends requests, enforces limits.
 
-Every call into the submission goes through Worker.call, which gives it a deadline (the request
-timeout, capped by what is left of its class's and the submission's budgets), watches the
-resident memory and process count of the worker's session while it waits, and drains the
-worker's output into a capped buffer. A class that timed out or crashed the worker is marked
+Every request into the submission goes through Worker.call (or Worker.calls, which sends a few
+at once and reads every answer). Each gets a deadline of its own (the request timeout, capped by
+what is left of its class's and the submission's budgets); while it waits, the grader watches
+the resident memory and process count of the worker's session and drains the worker's output
+into a capped buffer. A class that timed out or crashed the worker is marked
 dead, so its remaining tests fail at once with the same reason instead of each waiting again.
 Nothing the worker sends is believed beyond its plain values: its replies are size-capped
 frames of JSON and raw arrays, its output is kept only up to limits.output_kib per test.
