@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("otter")
 from otter.test_files import ExceptionTestFile  # noqa: E402
 
+from autograder.config import CLASSES  # noqa: E402
 from autograder.package import build as builder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "attention.py"
 BUGGY = ROOT / "tests" / "submissions" / "buggy" / "causal_mask_off_by_one.py"
-CLASSES = ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
 
 
 def notebook(source):

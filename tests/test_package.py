@@ -16,9 +16,9 @@ import pytest
 
 from autograder.gradescope import previous_line
 from autograder.package import build as builder
+from test_results_schema import VALIDATOR  # tests/ is on sys.path: the schema is read in one place
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = ROOT / "tests" / "gradescope_results.schema.json"
 BUGGY = ROOT / "tests" / "submissions" / "buggy" / "causal_mask_off_by_one.py"  # as in test_otter.py: graded once
 STUDENT_FILES = ["attention/ENUNCIADO.md", "attention/README.md", "attention/STATEMENT.en.md",
                  "attention/attention.py", "attention/test_attention.py"]
@@ -207,9 +207,7 @@ def test_run_autograder_shows_the_previous_score(gradescope_runs):
 @pytest.mark.parametrize("name", [case[0] for case in GRADESCOPE_CASES])
 def test_run_autograder_results_are_valid(gradescope_runs, grading, name):
     results = gradescope_runs[name][1]
-    if SCHEMA.exists():
-        jsonschema = pytest.importorskip("jsonschema")
-        jsonschema.validate(results, json.loads(SCHEMA.read_text(encoding="utf-8")))
+    VALIDATOR.validate(results)
     assert len(results["tests"]) == len(grading.properties)
     for test in results["tests"]:
         assert {"score", "max_score", "name", "visibility", "output"} <= set(test)

@@ -58,7 +58,7 @@ def test_stub_scores_zero(graded_run, stub_path, grading):
     assert run.graded.score == (0, grading.max_score)
     for test in run.graded.scored:
         assert test.score == 0, test.name
-        assert "NotImplementedError" in test.output or "falta implementar" in test.output, test.output
+        assert "NotImplementedError" in test.output and "falta implementar" in test.output, test.output
 
 
 @pytest.mark.parametrize("name", BUGGY)
