@@ -20,10 +20,10 @@ def _add_config_options(parser):
 
 def cmd_grade(args):
     from .grade import grade
+    from .summary import print_summary
 
     config = grading_config.load(args.config, args.lang)
     graded = grade(args.submission, config, out_dir=args.out)
-    from .summary import print_summary  # rich: needed only once the grading is done
 
     print_summary(graded.scored, config.language)
     if args.out:

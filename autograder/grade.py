@@ -34,7 +34,7 @@ class Graded:
 
 # What decides an outcome: the hidden suite, the worker, how outcomes are collected, and the
 # settings of grading.yml that reach them. Points, visibility and language do not.
-OUTCOME_SOURCES = ("properties/*.py", "worker/*.py", "outcomes.py")
+OUTCOME_SOURCES = ("properties/*.py", "worker/*.py", "outcomes.py", "suite_runner.py")
 
 
 def suite_version(config):

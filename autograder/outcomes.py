@@ -9,16 +9,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .properties.failures import PropertyFailure, current_example
-from .worker.client import SubmissionError, SubmissionHalted
-
-STATUSES = ("passed", "failed", "error", "timeout")
+from .worker.client import TIMEOUT_KINDS, SubmissionError, SubmissionHalted
 
 
 @dataclass
 class Outcome:
     cls: str
     prop: str
-    status: str
+    status: str  # passed, failed, error or timeout
     code: str | None = None
     params: dict = field(default_factory=dict)
     example: dict = field(default_factory=dict)
@@ -44,9 +42,6 @@ def _unwrap(exc):
         if found is not None:
             return found
     return None
-
-
-TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
 
 
 def outcome_from_exception(cls, prop, exc):

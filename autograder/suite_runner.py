@@ -54,17 +54,16 @@ class Collector:
             item.obj._hypothesis_internal_database_key = f"{cls}.{prop}".encode()
 
     def _check_tags(self, items):
-        tagged = {}
+        tagged = set()
         for item in items:
-            marker = item.get_closest_marker("graded")
-            if marker is None:
+            if item.get_closest_marker("graded") is None:
                 raise SuiteError(f"{item.nodeid} has no @graded(class, property) tag")
-            tagged[(marker.kwargs["cls"], marker.kwargs["prop"])] = item
+            tagged.add(self._key(item))
         configured = {(p.cls, p.name) for p in self.config.properties}
-        unknown = sorted(configured - set(tagged))
+        unknown = sorted(configured - tagged)
         if unknown:
             raise SuiteError(f"grading.yml names properties the suite does not define: {unknown}")
-        unscored = sorted(set(tagged) - configured)
+        unscored = sorted(tagged - configured)
         if unscored:
             raise SuiteError(f"grading.yml has no entry for {unscored}; add them (points: 0 keeps them ungraded)")
 

@@ -17,6 +17,7 @@ Usage of a slot process: python -m autograder.cohort.executor SLOT REQUEST_FD RE
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import queue
@@ -58,18 +59,13 @@ class GraderFailure(Exception):
 
 
 # ---- the slot process ----------------------------------------------------------------------
-_loaded_config = {}  # grading.yml's text -> its parsed Config: a batch sends the same text each time
-
-
+@functools.lru_cache(maxsize=1)  # a batch sends the same grading.yml with every task
 def _config(config_text, scratch):
     from .. import config as grading_config
 
-    if config_text not in _loaded_config:
-        grading_file = scratch / "grading.yml"
-        grading_file.write_text(config_text, encoding="utf-8")
-        _loaded_config.clear()
-        _loaded_config[config_text] = grading_config.load(grading_file)
-    return _loaded_config[config_text]
+    grading_file = scratch / "grading.yml"
+    grading_file.write_text(config_text, encoding="utf-8")
+    return grading_config.load(grading_file)
 
 
 def _grade_in_slot(slot, task, config_text, worker_class, scratch):

@@ -24,7 +24,6 @@ from pathlib import Path
 from .. import config as grading_config
 from .. import feedback, scoring
 from ..grade import grading_yml_hash
-from ..outcomes import STATUSES
 from .store import Store, StoreError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -183,12 +182,12 @@ def write_reports(store, cohort, out, config, run_id=None):
     labels = feedback.catalog(config.language)["report"]
     env = environment()
     write_gradebook(out / "gradebook.csv", graded, config)
+    page = {"labels": labels, "cohort": cohort, "language": config.language,
+            "title": feedback.label("summary_title", config.language),
+            "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
     for item in graded:
         shown = [t for t in item.scored if t.visibility != "hidden"]
-        context = {"item": item, "tests": shown, "labels": labels, "cohort": cohort, "language": config.language,
-                   "title": feedback.label("summary_title", config.language),
-                   "show_total": len(shown) == len(item.scored),
-                   "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
+        context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored)}
         for suffix in ("html", "md"):
             text = env.get_template(f"student.{suffix}.j2").render(context)
             (out / "students" / f"{item.page}.{suffix}").write_text(text, encoding="utf-8")

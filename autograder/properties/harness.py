@@ -54,8 +54,9 @@ class Remote:
         self._description = None
 
     def build(self):
-        """Build now (a test that expects the constructor itself to fail)."""
-        self._send()
+        """Build now, if not done yet (say, a test that expects the constructor itself to fail)."""
+        if self._pending_build:
+            self._send()
         return self
 
     def _send(self, *requests):
@@ -79,16 +80,12 @@ class Remote:
 
     @property
     def param_shapes(self):
-        if self._pending_build:
-            self._send()
-        return self._param_shapes
+        return self.build()._param_shapes
 
     @property
     def params(self):
         """The contract layers' parameters as loaded (float64): only for a module built with load_seed."""
-        if self._pending_build:
-            self._send()
-        return self._params
+        return self.build()._params
 
     def _describe(self, key):
         if self._description is None:

@@ -3,8 +3,9 @@
 It is started by autograder.worker.client inside a sandbox, with the submission copied alone into
 its working directory and this file, wire.py and parameters.py copied beside it. It answers
 requests one after another, in the order sent (build a class with the parameters the grader
-chose, run a method, report buffers and gradients), and sends back plain values. It never judges anything: a submission that rewrites this process can only make
-its own answers wrong, because the checks run in the grader's process.
+chose, run a method, report buffers and gradients), and sends back plain values. It never
+judges anything: a submission that rewrites this process can only make its own answers wrong,
+because the checks run in the grader's process.
 
 Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
 """

@@ -22,6 +22,8 @@ from .sandbox import Sandbox, UidUnavailable, harden_grader
 POLL_S = 0.05  # how often a wait wakes up to drain output
 RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
 # Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
+# Failures that are a deadline passing: scored as timeouts, not errors.
+TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
 FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memory", "processes", "protocol")
 # Error kinds the worker may report itself; anything else it sends is shown as an exception.
 WORKER_KINDS = ("missing_class", "not_implemented", "exception", "bad_output", "contract", "memory")

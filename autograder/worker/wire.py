@@ -6,6 +6,7 @@ This file is copied next to the worker in its sandbox, so it imports only the st
 and numpy.
 """
 import json
+import math
 import struct
 
 import numpy as np
@@ -86,9 +87,7 @@ def decode(data, header_len):
             if dtype_name not in DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
                 raise ValueError
             dtype = np.dtype(dtype_name)
-            count = 1
-            for dim in shape:
-                count *= dim  # Python ints: a forged shape cannot overflow into a small count
+            count = math.prod(shape)  # Python ints: a forged shape cannot overflow into a small count
         except (ValueError, TypeError):
             raise WireError(f"bad array spec {str(spec)[:100]}") from None
         nbytes = count * dtype.itemsize
