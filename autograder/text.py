@@ -1,0 +1,35 @@
+"""Text from outside the grader, made safe to write anywhere.
+
+Strings reach the grader from the worker (messages, exception types, parameter names), from
+submissions (file and folder names, notebook text) and from export metadata (names, emails).
+JSON and Linux file names can carry lone surrogates, which no UTF-8 file or SQLite row accepts,
+and control characters, which garble terminals and pages. Every such string is passed through
+clean() where it enters the trusted side, and results.json is cleaned once more as it is written.
+"""
+import re
+
+# C0 and C1 control characters except tab and newline, and DEL.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str's code points: any surrogate here is a lone one
+
+
+def clean(text):
+    """`text` as valid Unicode without control characters: a lone surrogate becomes U+FFFD,
+    a carriage return a newline, any other control character (tab and newline kept) is removed."""
+    if not isinstance(text, str):
+        text = str(text)
+    if text.isascii() and text.isprintable():
+        return text
+    text = _SURROGATE.sub("\ufffd", text)
+    return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def clean_tree(value):
+    """clean() applied to every string (keys included) of a JSON-like value."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean_tree(k): clean_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_tree(v) for v in value]
+    return value
