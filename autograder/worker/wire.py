@@ -12,8 +12,9 @@ import struct
 import numpy as np
 
 DTYPES = ("float32", "float64", "float16", "bool", "int64", "int32")
-MAX_HEADER_BYTES = 4 << 20
+MAX_HEADER_BYTES = 1 << 20  # json.loads takes ~25× a header's size: the cap bounds that too
 MAX_FRAME_BYTES = 32 << 20  # honest replies are kilobytes; the cap bounds the grader's memory
+MAX_DIMENSIONS = 32  # what any numpy accepts
 _PREFIX = struct.Struct(">QI")  # total payload length, header length
 
 
@@ -84,7 +85,10 @@ def decode(data, header_len):
     for spec in specs:
         try:
             dtype_name, shape = spec
-            if dtype_name not in DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
+            # Plain ints only (a JSON true is an int to isinstance), each no larger than a frame,
+            # so that even a zero-size shape is one numpy accepts and its product is cheap.
+            if (dtype_name not in DTYPES or not isinstance(shape, list) or len(shape) > MAX_DIMENSIONS
+                    or not all(type(d) is int and 0 <= d <= MAX_FRAME_BYTES for d in shape)):
                 raise ValueError
             dtype = np.dtype(dtype_name)
             count = math.prod(shape)  # Python ints: a forged shape cannot overflow into a small count
@@ -93,7 +97,10 @@ def decode(data, header_len):
         nbytes = count * dtype.itemsize
         if offset + nbytes > len(data):
             raise WireError("frame shorter than its arrays")
-        arrays.append(np.frombuffer(data, dtype, count, offset).reshape(shape).copy())
+        try:
+            arrays.append(np.frombuffer(data, dtype, count, offset).reshape(shape).copy())
+        except (ValueError, TypeError):
+            raise WireError(f"bad array spec {str(spec)[:100]}") from None
         offset += nbytes
     try:
         return _restore(body, arrays)
