@@ -5,6 +5,7 @@ this file only wires them together and turns the grader's own errors into a clea
 """
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def cmd_grade(args):
     graded = grade(args.submission, config, out_dir=args.out)
 
     print_summary(graded.scored, config.language)
+    print(f"isolation: {', '.join(graded.isolation) or 'none (not root: the worker runs as you)'}")
     if args.out:
         print(f"results: {Path(args.out) / 'results.json'}  ({graded.seconds:.1f} s)")
     internal = [o for o in graded.outcomes if o.code == "grader_error"]
@@ -64,6 +66,7 @@ def parser():
 
 
 def main(argv=None):
+    os.umask(0o077)  # stores, reports and results are created private: they hold students' work
     main_parser = parser()
     args, extra = main_parser.parse_known_args(argv)
     if extra and args.command != "test":

@@ -31,6 +31,7 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     file_size_mib: int = 16
+    disk_mib: int = 64
     output_kib: int = 4
 
 

@@ -4,19 +4,42 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import __version__, results, scoring, submission
 from .outcomes import Outcome
 from .worker.client import Worker
-from .worker.sandbox import protect_paths, worker_uid
+from .worker.sandbox import close_project, protect_paths, worker_uid
 
+# Out of the worker's reach when it runs as another user: the whole project (the grader with its
+# hidden suite, grading.yml, solutions/, tests/, .git), except the interpreter that runs workers.
 PROJECT = Path(__file__).resolve().parent.parent
-# Out of the worker's reach when it runs as another user: the grader (hidden suite included),
-# the scoring, the reference solution and the project's tests (whose corpus holds correct code).
-PRIVATE_PATHS = (Path(__file__).resolve().parent, PROJECT / "grading.yml", PROJECT / "solutions", PROJECT / "tests")
+
+
+def worker_interpreter_folders():
+    """Folders the worker's Python needs: its environment (a venv may sit inside the project)."""
+    python = Path(os.environ.get("AUTOGRADER_WORKER_PYTHON") or sys.executable)
+    return {Path(sys.prefix), Path(sys.base_prefix), python.parent.parent}
+
+
+def close_to_workers(private=()):
+    """As root, close the project and `private` (results, submissions) to the worker's uid."""
+    close_project(PROJECT, keep=worker_interpreter_folders())
+    protect_paths(private)
+
+
+class Collected(NamedTuple):
+    """What grading one submission produced, before scoring."""
+
+    outcomes: list
+    source_sha256: str | None
+    peak_rss_mib: float
+    isolation: list  # the layers the worker ran under (sandbox.Sandbox.layers); [] if it never ran
 
 
 @dataclass
@@ -26,6 +49,7 @@ class Graded:
     seconds: float
     source_sha256: str | None
     peak_rss_mib: float = 0.0
+    isolation: list = dataclasses.field(default_factory=list)
 
     @property
     def score(self):
@@ -58,9 +82,9 @@ def grading_yml_hash(config):
 
 
 def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
-    """The raw outcomes of every graded property for the submission at `path`.
+    """Collected: the raw outcomes of every graded property for the submission at `path`.
 
-    As root, the worker runs as another user, and PRIVATE_PATHS plus `private` (the results
+    As root, the worker runs as another user, and the project plus `private` (the results
     folder) are first closed to other users, so that it can neither read nor write them.
     worker_class builds the Worker (batch grading passes one that forks from a warm zygote).
     """
@@ -68,10 +92,10 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         loaded = submission.load(path)
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
-        return outcomes, None, 0.0
+        return Collected(outcomes, None, 0.0, [])
     uid = worker_uid(slot)
     if uid is not None:
-        protect_paths([*PRIVATE_PATHS, *private])
+        close_to_workers(private)
     worker = worker_class(loaded.source, config.limits, uid=uid)
     worker.start()  # raises WorkerSetupError (a grading-machine problem) before any test runs
     from .suite_runner import run_properties  # pytest and hypothesis load while torch does
@@ -80,20 +104,23 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         outcomes = run_properties(worker, config)
     finally:
         worker.stop()
-    return outcomes, hashlib.sha256(loaded.source.encode()).hexdigest(), worker.peak_rss / 2**20
+    return Collected(outcomes, hashlib.sha256(loaded.source.encode()).hexdigest(), worker.peak_rss / 2**20,
+                     worker.layers)
 
 
 def grade(path, config, out_dir=None, slot=0, previous=None):
     """Grade and, when out_dir is given, write out_dir/results.json (last, after the worker is gone)."""
     started = time.monotonic()
-    outcomes, digest, peak = collect_outcomes(path, config, slot, private=[out_dir] if out_dir else [])
-    scored = scoring.score(outcomes, config)
-    graded = Graded(outcomes, scored, time.monotonic() - started, digest, peak)
+    collected = collect_outcomes(path, config, slot, private=[out_dir] if out_dir else [])
+    scored = scoring.score(collected.outcomes, config)
+    graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.source_sha256,
+                    collected.peak_rss_mib, collected.isolation)
     if out_dir is not None:
         version, suite_hash = suite_version(config)
         data = results.build(
             scored, execution_time=graded.seconds, output=previous or "",
-            extra_data={"grader_version": version, "suite": suite_hash, "grading_yml": grading_yml_hash(config), "language": config.language},
+            extra_data={"grader_version": version, "suite": suite_hash, "grading_yml": grading_yml_hash(config),
+                        "language": config.language, "isolation": graded.isolation},
         )
         results.write(Path(out_dir) / "results.json", data)
     return graded

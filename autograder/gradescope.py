@@ -42,6 +42,7 @@ def previous_line(metadata_path, language):
 
 
 def main():
+    os.umask(0o077)
     root = Path(os.environ.get("AUTOGRADER_ROOT", "/autograder"))
     metadata = root / "submission_metadata.json"
     # The student's process must not read the hidden suite nor other users' submission data.

@@ -1,12 +1,15 @@
 """Write results.json in Gradescope's schema, always valid and bounded in size.
 
 Only the trusted process writes it, last, after the worker is gone; it goes to a temporary
-name first and is renamed into place, so a reader never sees half a file.
+name first and is renamed into place, so a reader never sees half a file. Every string in it is
+cleaned once more as it is written (text.clean): whatever a worker said, the file is valid UTF-8.
 """
 import json
 import os
 import tempfile
 from pathlib import Path
+
+from .text import clean_tree
 
 MAX_OUTPUT_CHARS = 8000  # per test; Gradescope cuts fields near 100k, and results stay < 1 MB
 
@@ -44,10 +47,14 @@ def build(scored, *, execution_time, output="", extra_data=None):
 
 
 def write(path, data):
+    """Write results.json private to its owner (0600, in a folder made 0700 if it is new)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=".results-", dir=path.parent)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, ensure_ascii=False, indent=1)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(clean_tree(data), handle, ensure_ascii=False, indent=1)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

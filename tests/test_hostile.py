@@ -11,8 +11,10 @@ BOUND_S is a safety bound (a grader that hangs, or waits out every timeout, fail
 performance figure: tests/bench_*.py print those.
 
 The attacks that need the privilege drop (reading the grader's files, signalling it, a fork storm
-that leaves the session, fake results.json in shared folders) only run as root, where the worker
-gets a uid of its own; see the README's section on what the grader guarantees.
+that leaves the session, fake results.json in shared folders, residue and memory outside the
+sandbox) only run as root, where the worker gets a uid of its own; see the README's section on
+what the grader guarantees. As root the corpus is graded twice where the kernel allows
+namespaces: with them, and with the uid-only layer alone (as on Gradescope, in Docker).
 """
 import json
 import os
@@ -28,7 +30,7 @@ import yaml
 
 from autograder import feedback
 from autograder.config import CLASSES
-from autograder.grade import PRIVATE_PATHS, protect_paths
+from autograder.grade import close_to_workers
 from autograder.outcomes import Outcome
 from autograder.worker import sandbox
 
@@ -42,7 +44,9 @@ MEMORY_MIB = 1024
 # A uid range of the tests' own: graders running beside this suite (benchmarks, the CLI) lease
 # from 61000 on, so a leftover found here can only be one of ours.
 TEST_BASE_UID = 63000
-ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution"}
+ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
+             "sa_shm_hog"}
+UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
 RESULTS_PLACEHOLDER = '"/autograder/results"'
@@ -59,6 +63,7 @@ WHOLE_FILE = {
     "sys_exit_at_import": "submission.import_error",
     "exit_at_import": "submission.import_crash",
     "sleep_at_import": "submission.import_timeout",
+    "surrogate_message": "submission.import_error",
 }
 # One class attacked: the codes its failed tests may carry (its first test always fails).
 ONE_CLASS = {
@@ -69,9 +74,12 @@ ONE_CLASS = {
     "mha_fork_storm": ("MultiHeadAttention", ["submission.timeout", "submission.processes", "submission.memory"]),
     "csa_memory_hog": ("CausalSelfAttention", ["submission.memory"]),
     "sa_lying_tensor": ("SelfAttention", ["submission.bad_output"]),
+    "sa_forged_build": ("SelfAttention", ["too_many_parameters"]),
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
-AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent"}
+AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
+# Memory outside any process (/dev/shm, System V): counted, or bounded by the scratch space.
+OUTSIDE_PROCESSES = {"sa_shm_hog"}
 # sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
 AS_NO_SCALING = {"sa_monkeypatch", "sa_fake_results", "sa_read_solution", "sa_lying_tensor_unchecked"}
 
@@ -83,7 +91,7 @@ import json, os, sys
 from pathlib import Path
 from autograder import config
 from autograder.grade import grade
-from autograder.worker import client, sandbox
+from autograder.worker import client, residue, sandbox
 
 left, sessions = [], []
 
@@ -113,10 +121,12 @@ client.Worker.stop, sandbox.Sandbox.cleanup = stop, cleanup
 graded = grade(sys.argv[1], config.load(sys.argv[2]), sys.argv[3])
 left.extend(pid for pid, _, parent, session in processes() if parent == os.getpid() or session in sessions)
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+first_uid = int(os.environ["AUTOGRADER_WORKER_UID"])
 print(json.dumps({
     "outcomes": [o.as_dict() for o in graded.outcomes], "seconds": graded.seconds,
     "worker_peak_mib": graded.peak_rss_mib, "grader_peak_mib": int(status["VmHWM"].split()[0]) / 1024,
-    "left": sorted(set(left)),
+    "left": sorted(set(left)), "isolation": graded.isolation,
+    "residue": sorted(residue.uids_with_residue(first_uid, first_uid + int(sys.argv[4]) - 1)),
 }))
 '''
 
@@ -127,7 +137,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -153,9 +163,17 @@ def shared_results_dir():
     folder.rmdir()
 
 
-@pytest.fixture(scope="module")
-def graded(test_config, shared_results_dir, tmp_path_factory):
+def modes():
+    """Isolation modes to grade the corpus under: both layers where namespaces are allowed."""
+    if IS_ROOT and sandbox.namespaces.available():
+        return ["namespaces", "uid-only"]
+    return ["uid-only" if IS_ROOT else "as-you"]
+
+
+@pytest.fixture(scope="module", params=modes())
+def graded(request, test_config, shared_results_dir, tmp_path_factory):
     """name → what grading it gave: outcomes, results.json, wall seconds, peaks, leftovers."""
+    mode = request.param
     work = tmp_path_factory.mktemp("hostile")
     jobs = {}
     for name in corpus():
@@ -169,18 +187,20 @@ def graded(test_config, shared_results_dir, tmp_path_factory):
         jobs[name] = (path, out)
     for name, path in REFERENCES.items():
         jobs[name] = (path, work / f"{name}-out")
-    env = {**os.environ, "AUTOGRADER_WORKER_UID": str(TEST_BASE_UID)}
+    env = {**os.environ, "AUTOGRADER_NAMESPACES": "off" if mode == "uid-only" else "auto"}
+    first_uid = {name: TEST_BASE_UID + UIDS_PER_JOB * index for index, name in enumerate(jobs)}
 
     def run(name):
         path, out = jobs[name]
         begin = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", RUNNER, str(path), str(test_config), str(out)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=4 * BOUND_S)
+        done = subprocess.run([sys.executable, "-c", RUNNER, str(path), str(test_config), str(out), str(UIDS_PER_JOB)],
+                              cwd=ROOT, env={**env, "AUTOGRADER_WORKER_UID": str(first_uid[name])},
+                              capture_output=True, text=True, timeout=4 * BOUND_S)
         wall = time.monotonic() - begin
         assert done.returncode == 0, f"{name}: the grader failed\n{done.stderr[-3000:]}"
         report = json.loads(done.stdout.splitlines()[-1])
         results_file = Path(out) / "results.json"
-        report.update(wall=wall, results_bytes=results_file.stat().st_size,
+        report.update(wall=wall, results_bytes=results_file.stat().st_size, mode=mode,
                       results=json.loads(results_file.read_text(encoding="utf-8")),
                       outcomes=[Outcome(**o) for o in report["outcomes"]])
         return name, report
@@ -230,6 +250,15 @@ def test_grading_is_bounded_valid_and_leaves_nothing(graded, name):
     assert results["score"] == sum(test["score"] for test in results["tests"])
     assert results["score"] == sum(test["score"] for test in results["tests"] if test["status"] == "passed")
     assert report["left"] == []
+    assert report["residue"] == []  # no process, shared-folder file or IPC object of its uids
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="isolation layers exist only as root")
+def test_the_isolation_layers_are_said(graded):
+    expected = list(sandbox.namespaces.LAYERS) if graded["reference"]["mode"] == "namespaces" else []
+    layers = graded["reference"]["isolation"]
+    assert layers[0].startswith("uid ") and layers[1:] == expected
+    assert graded["reference"]["results"]["extra_data"]["isolation"] == layers
 
 
 # ---- broken files ---------------------------------------------------------------------------
@@ -271,9 +300,10 @@ MESSAGES = [
     ("csa_memory_hog", "CausalSelfAttention", "CausalSelfAttention.forward usó más de {memory} MiB de memoria"),
     ("csa_sys_exit_in_forward", "CausalSelfAttention", "CausalSelfAttention.forward lanzó SystemExit en la línea {line}"),
     ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió algo que no es un torch.Tensor común"),
+    ("surrogate_message", "SelfAttention", "Importar tu archivo falló en la línea {line} (RuntimeError): boom \ufffd \ufffd fin"),
 ]
 LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "sys_exit_at_import": "sys.exit(0)",
-              "csa_sys_exit_in_forward": "sys.exit(3)"}
+              "csa_sys_exit_in_forward": "sys.exit(3)", "surrogate_message": 'fin")'}
 
 
 @pytest.mark.parametrize("name, cls, start", MESSAGES, ids=[case[0] for case in MESSAGES])
@@ -308,9 +338,29 @@ def test_tampering_earns_nothing(graded, name):
     assert graded[name]["results"]["score"] == graded["sa_no_scaling"]["results"]["score"]
 
 
+@pytest.mark.skipif(not IS_ROOT, reason="only counted as root, where the worker has a uid of its own")
+def test_memory_outside_processes_is_counted_or_bounded(graded):
+    """48 × 16 MiB in /dev/shm and 12 × 64 MiB of System V segments (1.5 GiB, no RSS) either stop
+    SelfAttention for memory, or could not be made beyond the sandbox's scratch space."""
+    report = graded["sa_shm_hog"]
+    attacked = by_class(report)["SelfAttention"]
+    held = [int(line.split()[1]) for o in attacked for line in o.output.splitlines() if line.startswith("held ")]
+    if report["mode"] == "namespaces":
+        assert held and max(held) <= 2 * 64  # the scratch tmpfs, and System V capped to its size
+    else:
+        assert attacked[0].code == "submission.memory"
+    for cls, outcomes in by_class(report).items():
+        if cls != "SelfAttention":
+            assert all(o.status == "passed" for o in outcomes), cls
+
+
 def test_the_reference_scores_are_not_all_alike(graded):
     """The comparisons above can fail: the wrong SelfAttention loses points the reference keeps."""
     assert graded["sa_no_scaling"]["results"]["score"] < graded["reference"]["results"]["score"]
+
+
+def test_forged_shapes_cost_the_grader_nothing(graded):
+    assert graded["sa_forged_build"]["grader_peak_mib"] < 150
 
 
 def test_printing_200_mb_keeps_only_the_first_kilobytes(graded):
@@ -352,10 +402,10 @@ def run_as_worker(code, *args):
                           capture_output=True, text=True, cwd="/", timeout=60)
 
 
-@pytest.mark.skipif(not IS_ROOT, reason="protect_paths acts only as root")
+@pytest.mark.skipif(not IS_ROOT, reason="close_to_workers acts only as root")
 def test_protected_paths_cannot_be_read_by_the_worker_uid():
-    protect_paths(PRIVATE_PATHS)
-    secrets = [ROOT / "grading.yml", ROOT / "solutions" / "attention.py",
+    close_to_workers()
+    secrets = [ROOT / "grading.yml", ROOT / "solutions" / "attention.py", ROOT / ".git" / "HEAD",
                ROOT / "autograder" / "properties" / "reference.py", Path(__file__)]
     readable = [json.__file__, yaml.__file__]  # what the worker needs stays reachable
     code = ("import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path).read(1)\n"
@@ -385,7 +435,7 @@ def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.client import FATAL_TO_CLASS, WORKER_KINDS
 
     kinds = {*FATAL_TO_CLASS, *WORKER_KINDS, "syntax_error", "import_error",
-             *(f"import_{kind}" for kind in ("timeout", "crash", "memory", "processes", "protocol"))}
+             *(f"import_{kind}" for kind in ("timeout", "crash", "memory", "disk", "processes", "protocol"))}
     for language in ("es", "en"):
         missing = {kind for kind in kinds if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)

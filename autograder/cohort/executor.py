@@ -76,9 +76,9 @@ def _grade_in_slot(slot, task, config_text, worker_class, scratch):
     submission_file = scratch / "attention.py"
     submission_file.write_text(task["source"], encoding="utf-8")
     started = time.monotonic()
-    outcomes, digest, peak = collect_outcomes(submission_file, config, slot, worker_class=worker_class)
-    return {"outcomes": [o.as_dict() for o in outcomes], "source_sha256": digest,
-            "peak_rss_mib": round(peak, 1), "seconds": round(time.monotonic() - started, 3)}
+    collected = collect_outcomes(submission_file, config, slot, worker_class=worker_class)
+    return {"outcomes": [o.as_dict() for o in collected.outcomes], "source_sha256": collected.source_sha256,
+            "peak_rss_mib": round(collected.peak_rss_mib, 1), "seconds": round(time.monotonic() - started, 3)}
 
 
 def slot_main(slot, request_fd, reply_fd, parent):

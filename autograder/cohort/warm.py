@@ -42,7 +42,8 @@ class Zygote:
             self._start()
         message = {
             "op": "fork", "workdir": str(sandbox.workdir), "submission": str(sandbox.submission),
-            "env": sandbox.env(), "uid": sandbox.uid, "limits": asdict(sandbox.limits),
+            "env": sandbox.env(), "uid": sandbox.uid, "root": str(sandbox.root), "isolate": sandbox.isolate,
+            "limits": asdict(sandbox.limits),
         }
         return Forked(self, self.request(message, (request_r, response_w, output_w))["pid"])
 

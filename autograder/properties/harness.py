@@ -4,12 +4,17 @@ The grader chooses every input and every parameter value itself (from a seed hyp
 so the reference it computes describes exactly the module the worker ran.
 """
 import itertools
+import math
 
 import numpy as np
 
 from ..worker import parameters
-from ..worker.client import SubmissionError
+from ..worker.client import SubmissionError, SubmissionHalted
 from .failures import PropertyFailure, as_array
+
+# Parameters the grader will draw float64 values for, summed over a module: far above any
+# module of the exercise, and a bound on what a forged build reply can make the grader allocate.
+MAX_PARAMETER_ELEMENTS = 1 << 22
 
 # The contract's layers, per class: what the reference reads (a missing bias counts as zero).
 CONTRACT_LAYERS = {
@@ -17,6 +22,29 @@ CONTRACT_LAYERS = {
     "MultiHeadAttention": ("W_Q", "W_K", "W_V", "W_O"),
     "CausalSelfAttention": ("qkv", "proj"),
 }
+
+
+def _malformed(cls, op, what):
+    """A reply that honest worker code never sends: the submission tampered with the worker."""
+    return SubmissionHalted(SubmissionError("protocol", f"malformed {what}", cls=cls, op=op))
+
+
+def _is_shape(value):
+    return isinstance(value, list) and len(value) <= 8 and all(type(d) is int and d >= 0 for d in value)
+
+
+def _valid_reply(raw):
+    """Whether a call's reply has the types the checks read (arrays are checked by as_array)."""
+    grads = raw.get("grads", {})
+    return (isinstance(raw.get("outputs", []), list) and type(raw.get("sdpa_calls", 0)) is int
+            and isinstance(grads, dict) and all(g is None or isinstance(g, np.ndarray) for g in grads.values()))
+
+
+def _valid_description(raw):
+    """Whether describe's reply has the types mask_buffer and parameter_count read."""
+    buffers, linear_bias = raw.get("buffers"), raw.get("linear_bias")
+    return (isinstance(buffers, dict) and isinstance(raw.get("state_dict"), list) and isinstance(linear_bias, dict)
+            and all(isinstance(b, dict) and _is_shape(b.get("shape")) for b in buffers.values()))
 
 
 class Reply:
@@ -69,8 +97,15 @@ class Remote:
         return [_answer(answer) for answer in answers]
 
     def _built(self, info):
+        """Take the build's reply: parameter shapes are checked before anything is drawn for them."""
         self._pending_build = None
-        self._param_shapes = shapes = {k: tuple(v) for k, v in info["params"].items()}
+        params = info.get("params")
+        if not isinstance(params, dict) or not all(_is_shape(shape) for shape in params.values()):
+            raise _malformed(self.cls, "__init__", "parameter shapes")
+        count = sum(math.prod(shape) for shape in params.values())
+        if count > MAX_PARAMETER_ELEMENTS:
+            raise PropertyFailure("too_many_parameters", count=count, limit=MAX_PARAMETER_ELEMENTS)
+        self._param_shapes = shapes = {k: tuple(v) for k, v in params.items()}
         if self.load_seed is not None:
             missing = [f"{layer}.weight" for layer in self.layers if f"{layer}.weight" not in shapes]
             if missing:
@@ -89,7 +124,10 @@ class Remote:
 
     def _describe(self, key):
         if self._description is None:
-            self._description, = self._send(("describe", {"handle": self.handle}))
+            description, = self._send(("describe", {"handle": self.handle}))
+            if not _valid_description(description):
+                raise _malformed(self.cls, "describe", "module description")
+            self._description = description
         return self._description[key]
 
     @property
@@ -110,6 +148,8 @@ class Remote:
             "handle": self.handle, "method": method, "args": list(args), "kwargs": kwargs,
             "train": train, "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device,
         }))
+        if not _valid_reply(raw):
+            raise _malformed(self.cls, method, "reply")
         return Reply(raw)
 
     @property

@@ -16,15 +16,17 @@ import subprocess
 import sys
 import time
 
-from . import procfs, wire
+from . import namespaces, procfs, residue, wire
+from ..text import clean, clean_tree
 from .sandbox import Sandbox, UidUnavailable, harden_grader
 
 POLL_S = 0.05  # how often a wait wakes up to drain output
 RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
+DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files in shared folders are counted
 # Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
 # Failures that are a deadline passing: scored as timeouts, not errors.
 TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
-FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memory", "processes", "protocol")
+FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memory", "disk", "processes", "protocol")
 # Error kinds the worker may report itself; anything else it sends is shown as an exception.
 WORKER_KINDS = ("missing_class", "not_implemented", "exception", "bad_output", "contract", "memory")
 
@@ -37,8 +39,8 @@ class SubmissionError(Exception):
     """The submission could not answer: it raised, was missing, timed out, crashed or overused.
 
     kind is one of: syntax_error, import_error, missing_class, not_implemented, exception,
-    bad_output, contract, timeout, class_budget, submission_budget, crash, memory, processes,
-    protocol; and import_timeout, import_crash, import_memory, import_processes, import_protocol
+    bad_output, contract, timeout, class_budget, submission_budget, crash, memory, disk, processes,
+    protocol; and import_timeout, import_crash, import_memory, import_disk, import_processes, import_protocol
     for the same failures while the submission is being imported (before any class is involved).
     """
 
@@ -79,13 +81,12 @@ def _label(op, args):
 
 
 def _worker_processes(session, uid=None):
-    """(pid, rss_bytes) of every process in the worker's session and, as root, of its uid.
-
-    The uid catches what left the session (setsid): as root each worker has a uid of its own,
-    so every process of that uid is the submission's.
-    """
-    return [(p.pid, p.rss) for p in procfs.processes()
-            if p.session == session or (uid is not None and p.uid == uid)]
+    """(pid, rss_bytes) of every process of the submission: as root, every process of the
+    worker's uid, what left the session (setsid) included, and no root stand-in of namespaces.py;
+    otherwise every process in the worker's session."""
+    if uid is not None:
+        return [(p.pid, p.rss) for p in procfs.processes() if p.uid == uid]
+    return [(p.pid, p.rss) for p in procfs.processes() if p.session == session]
 
 
 class Worker:
@@ -106,7 +107,8 @@ class Worker:
         self.output = bytearray()
         self.output_dropped = 0
         self.peak_rss = 0
-        self.last_check = 0.0
+        self.last_check = self.last_disk_check = 0.0
+        self.layers = []
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
@@ -211,7 +213,7 @@ class Worker:
 
     def take_output(self):
         """What the submission printed since the last call, capped to limits.output_kib."""
-        text = self.output.decode("utf-8", "replace")
+        text = clean(self.output.decode("utf-8", "replace"))
         if self.output_dropped:
             text += f"\n[... {self.output_dropped} bytes more]"
         self.output.clear()
@@ -219,7 +221,7 @@ class Worker:
         return text
 
     def stop(self):
-        """Kill the worker's whole session (and, as root, every process of its uid)."""
+        """Kill the worker's whole session, then let the sandbox kill and remove everything of its uid."""
         if self.proc is None:
             return
         for pid, _ in _worker_processes(self.proc.pid):
@@ -231,8 +233,8 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.proc.wait()  # reaped first, so that kill_leftovers does not wait on it
-        self.sandbox.kill_leftovers()
+        self.proc.wait()  # reaped first, so that the uid's kill does not wait on it
+        self.sandbox.kill()
         for fd in (self.request_fd, self.response_fd, self.output_fd):
             os.close(fd)
         self.sandbox.cleanup()
@@ -248,12 +250,13 @@ class Worker:
             self.sandbox = Sandbox(self.source_text, self.limits, self.uid)
         except UidUnavailable as exc:
             raise WorkerSetupError(str(exc)) from None
+        self.layers = self.sandbox.layers
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
             self.proc = self._spawn(req_r, resp_w, out_w)
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
                 os.close(fd)
             self.sandbox.cleanup()
@@ -359,7 +362,7 @@ class Worker:
         reply = wire.decode(body, header_len)
         if not isinstance(reply, dict):
             raise wire.WireError("reply is not a mapping")
-        return reply
+        return clean_tree(reply)  # the worker's strings (messages, names) become valid text here
 
     def _outputs(self):
         return [self.output_fd] if self.output_open else []
@@ -382,12 +385,25 @@ class Worker:
             return
         self.last_check = now
         processes = _worker_processes(self.proc.pid, self.sandbox.uid)
-        rss = sum(size for _, size in processes)
+        rss = sum(size for _, size in processes) + self._memory_outside_processes(processes)
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:
             raise SubmissionError("memory", f"{rss >> 20} MiB", limit=self.limits.memory_mib)
+        if self.sandbox.uid is not None and not self.sandbox.isolate and now - self.last_disk_check >= DISK_CHECK_S:
+            self.last_disk_check = now
+            if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
+                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
         if len(processes) > self.limits.processes:
             raise SubmissionError("processes", f"{len(processes)} processes", limit=self.limits.processes)
+
+    def _memory_outside_processes(self, processes):
+        """Memory the submission holds that no RSS shows: its scratch tmpfs in namespaces, or
+        else its /dev/shm files and System V segments (as root; nothing is counted otherwise)."""
+        if self.sandbox.uid is None:
+            return 0
+        if self.sandbox.isolate:
+            return namespaces.scratch_used(processes[0][0]) if processes else 0
+        return residue.shm_bytes(self.sandbox.uid)
 
     def _crash(self):
         try:

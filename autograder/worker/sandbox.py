@@ -1,30 +1,36 @@
-"""The worker's sandbox: a fresh directory, resource limits and, as root, another user.
+"""The worker's sandbox: a fresh folder, resource limits and, as root, another user.
 
-The submission is copied alone into an empty directory, so nothing that sat beside it
+The submission is copied alone into an empty folder, so nothing that sat beside it
 (conftest.py, sitecustomize.py, a fake torch/) is importable; the worker starts with `python -I`,
-so neither that directory nor PYTHON* variables reach sys.path. When the grader runs as root the
-worker runs as an unprivileged uid of its own, without network, with its own home and temp dir:
-it cannot read the grader's files (see protect_paths), write where results go, or signal it.
-Each worker holds a lease on its uid (lease_uid), so that graders running side by side on one
-machine never share a uid, and killing one worker's leftovers can never touch another's.
+so neither that folder nor PYTHON* variables reach sys.path.
+
+As root, the first layer of isolation is a uid of the worker's own, and it must hold alone
+(Gradescope's Docker allows nothing more): everything the grader makes is created private
+(umask 077, explicit modes), the project root and every submissions source are closed to other
+users (close_project, protect_paths), the sandbox's folders are open to this worker's uid alone,
+and what the uid leaves outside its sandbox is counted and removed (residue.py). Where the
+kernel allows, namespaces.py adds a second layer. Each worker holds a lease on its uid, a lock in
+a folder only root can open, so graders side by side never share a uid and no worker can take,
+forge or exhaust the leases.
 """
 import ctypes
+import fcntl
 import os
 import resource
 import shutil
 import signal
-import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
-from . import procfs
+from . import namespaces, procfs, residue
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
-CLONE_NEWNET = 0x40000000
 PR_SET_DUMPABLE = 4
 DEFAULT_BASE_UID = 61000
 LEASE_SPAN = 1000  # uids tried from the first candidate on
+LEASE_FOLDERS = ("/run/attention-autograder", f"{tempfile.gettempdir()}/attention-autograder-leases")
 KILL_WAIT_S = 2.0  # how long kill_leftovers waits for the uid's processes to be gone
 
 
@@ -44,35 +50,127 @@ def worker_uid(slot=0):
     return (DEFAULT_BASE_UID if setting == "auto" else int(setting)) + slot
 
 
+def _lease_folder():
+    """A folder for the uid leases that only root can open: made 0700 if missing, and refused if
+    anyone else could have made or changed it (a worker may create folders in /tmp first)."""
+    for folder in LEASE_FOLDERS:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            info = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and not info.st_mode & 0o077:
+            return folder
+    raise UidUnavailable(f"no private folder for uid leases: {' or '.join(LEASE_FOLDERS)} "
+                         "must be a folder owned by root with mode 0700")
+
+
+def _try_lease(uid):
+    """The lease on `uid` (an open, locked file), or None if another grader holds it."""
+    handle = os.open(f"{_lease_folder()}/uid-{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        return None
+    return handle
+
+
+class Lease:
+    """A held uid: the kernel releases the lock when its holder exits, however it exits."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def close(self):
+        if self.handle is not None:
+            os.close(self.handle)
+            self.handle = None
+
+
 def lease_uid(first):
     """Reserve a uid for one worker: (uid, lease); closing the lease frees the uid.
 
-    The lease is an abstract unix socket named after the uid: the kernel frees the name when its
-    holder exits, however it exits, so a grader that was killed never leaves a uid taken.
+    The first lease taken in a process also clears what killed graders left behind: every uid of
+    the range that owns processes, files or IPC objects but is leased by nobody.
     """
+    reap_orphans(first)
     for uid in range(first, first + LEASE_SPAN):
-        lease = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            lease.bind(f"\0autograder-worker-uid-{uid}")
-        except OSError:
-            lease.close()
-            continue
-        return uid, lease
+        handle = _try_lease(uid)
+        if handle is not None:
+            return uid, Lease(handle)
     raise UidUnavailable(f"uids {first}..{first + LEASE_SPAN - 1} are all in use by other graders")
 
 
-def protect_paths(paths):
-    """As root, make the grader's own files unreachable for other users (chmod o-rwx).
+_reaped = set()
 
-    Only the 'other' bits of the given files and folders change, and they stay changed: a folder
-    without o+x cannot be entered, so everything below it is out of the worker's reach, while
-    the grader (root) and the files' owner keep their access.
+
+def reap_orphans(first):
+    """Kill and clear what a grader that was itself killed left under uids nobody holds now."""
+    if first in _reaped:
+        return
+    _reaped.add(first)
+    last = first + LEASE_SPAN - 1
+    stale = {int(path.name.split("-")[1]) for path in Path(tempfile.gettempdir()).glob("autograder-*-*")
+             if path.name.split("-")[1].isdigit()}
+    for uid in sorted(residue.uids_with_residue(first, last) | {uid for uid in stale if first <= uid <= last}):
+        handle = _try_lease(uid)
+        if handle is not None:
+            kill_uid(uid)
+            residue.clear(uid, stale_sandboxes(uid))
+            os.close(handle)
+
+
+def stale_sandboxes(uid):
+    """Sandbox folders of `uid` (named autograder-UID-*): while its lease is held, any but the
+    holder's own was left by a grader that was killed."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"autograder-{uid}-*"))
+
+
+def close_project(root, keep=()):
+    """As root, close the project root to other users, except the interpreter that runs workers.
+
+    Folders in `keep` (a virtual environment inside the project, say) stay as they are, and the
+    folders on the way to them keep only the search bit for others: a worker can run that
+    interpreter, and list, read or open nothing else of the project (.git, solutions/, tests/).
+    """
+    if os.geteuid() != 0:
+        return
+    root = Path(root).resolve()
+    kept = [Path(os.path.realpath(k)) for k in keep]
+    kept = [k for k in kept if k == root or root in k.parents]
+    if root in kept:
+        raise ValueError(f"the worker's interpreter {root} is the project root itself: install it elsewhere")
+
+    def close(folder):
+        on_the_way = [k for k in kept if folder in k.parents]
+        if not on_the_way:
+            protect_paths([folder])
+            return
+        folder.chmod(folder.stat().st_mode & ~0o006 | 0o001)
+        for entry in folder.iterdir():
+            if entry in kept or entry.is_symlink():
+                continue
+            if entry.is_dir() and any(entry in k.parents for k in on_the_way):
+                close(entry)
+            else:
+                protect_paths([entry])
+
+    close(root)
+
+
+def protect_paths(paths):
+    """As root, make files and folders unreachable for other users (chmod o-rwx, left so).
+
+    For what the grader did not create itself (the project, a submissions folder, Gradescope's
+    folders); what it creates is private from the start. A folder without o+x cannot be entered,
+    so everything below it is out of the worker's reach.
     """
     if os.geteuid() != 0:
         return
     for path in paths:
         path = Path(path)
-        if path.exists():
+        if path.exists() and not path.is_symlink():
             path.chmod(path.stat().st_mode & ~0o007)
 
 
@@ -81,35 +179,96 @@ def harden_grader():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-class Sandbox:
-    """A fresh directory tree for one worker: submission/, home/, tmp/ and the worker's code.
+def kill_uid(uid):
+    """As root, kill every process of `uid`: what left the worker's session too.
 
-    With a uid (root only), the sandbox leases the first free uid from there on and kills
-    whatever still runs under it (left by a grader that was itself killed) before using it.
+    A helper process takes the uid and sends SIGKILL to everything it may signal, again until
+    /proc shows no live process of the uid (zombies are dead already) or KILL_WAIT_S has passed.
+    kill(-1) itself cannot tell: it succeeds whenever any other process exists.
+    """
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            me = os.getpid()
+            deadline = time.monotonic() + KILL_WAIT_S
+            while time.monotonic() < deadline:
+                os.kill(-1, signal.SIGKILL)
+                if not any(p.uid == uid and p.pid != me and p.state != "Z" for p in procfs.processes()):
+                    break
+                time.sleep(0.01)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def enter(limits, uid, root, isolate):
+    """In the worker's forked child, before it runs anything of the student's: resource limits,
+    then (as root) namespaces when `isolate`, and the drop to the worker's uid for good."""
+    mib = 1 << 20
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mib * mib,) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Address space is a backstop only (torch reserves large virtual ranges); the client
+    # watches resident memory and stops the worker at limits.memory_mib.
+    address_space = (limits.memory_mib + 4096) * mib
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    if uid is None:
+        return
+    if isolate:
+        namespaces.enter(root, uid, limits.disk_mib)
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    namespaces.die_with_parent()
+
+
+class Sandbox:
+    """A fresh folder tree for one worker: submission/, home/, tmp/ and the worker's code.
+
+    With a uid (root only), the sandbox leases the first free uid from there on and clears
+    whatever is still left under it before using it. Modes: the root is 0711 (enter, not list);
+    submission/ is root's, readable by the worker's group alone; home/ and tmp/ are the worker's
+    own (0700); the worker's code is public. Another worker, of another uid, can open none of it.
     """
 
     def __init__(self, source_text, limits, uid=None):
         self.limits = limits
         self.uid, self.lease = lease_uid(uid) if uid is not None else (None, None)
-        self.kill_leftovers()
-        self.root = Path(tempfile.mkdtemp(prefix="autograder-"))
+        self.isolate = self.uid is not None and namespaces.available()
+        if self.uid is not None:
+            self.clear(*stale_sandboxes(self.uid))
+        self.root = Path(tempfile.mkdtemp(prefix=f"autograder-{self.uid}-" if self.uid is not None else "autograder-"))
         self.workdir = self.root / "submission"
         self.home = self.root / "home"
         self.tmp = self.root / "tmp"
         code_dir = self.root / "worker"
         for folder in (self.workdir, self.home, self.tmp, code_dir):
-            folder.mkdir()
+            folder.mkdir(mode=0o700)
         self.submission = self.workdir / "attention.py"
         self.submission.write_text(source_text, encoding="utf-8")
         here = Path(__file__).resolve().parent
         for name in WORKER_FILES:
             shutil.copyfile(here / name, code_dir / name)
+            (code_dir / name).chmod(0o644)
         self.child = code_dir / "child.py"
         self.root.chmod(0o711)
         code_dir.chmod(0o755)
         if self.uid is not None:
-            for path in (self.workdir, self.home, self.tmp, self.submission):
-                os.chown(path, self.uid, self.uid)
+            for path, owner, mode in ((self.workdir, 0, 0o750), (self.submission, 0, 0o640),
+                                      (self.home, self.uid, 0o700), (self.tmp, self.uid, 0o700)):
+                os.chown(path, owner, self.uid)
+                path.chmod(mode)
+
+    @property
+    def layers(self):
+        """The isolation layers a worker of this sandbox runs under, for the record."""
+        if self.uid is None:
+            return []
+        return [f"uid {self.uid}", *(namespaces.LAYERS if self.isolate else ())]
 
     def env(self):
         return {
@@ -125,51 +284,32 @@ class Sandbox:
         }
 
     def preexec(self):
-        """Runs in the forked child before exec: limits first, then drop privileges."""
-        limits = self.limits
-        mib = 1 << 20
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mib * mib,) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # Address space is a backstop only (torch reserves large virtual ranges); the client
-        # watches resident memory and stops the worker at limits.memory_mib.
-        address_space = (limits.memory_mib + 4096) * mib
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        """Runs in the forked child before exec (see enter)."""
+        enter(self.limits, self.uid, str(self.root), self.isolate)
+
+    def kill(self):
+        """As root, kill every process of the worker's uid, wherever it went."""
+        if self.uid is not None:
+            kill_uid(self.uid)
+
+    def clear(self, *private_folders):
+        """As root, kill every process of the worker's uid, then remove what it left outside
+        its processes (in the shared folders and in `private_folders`)."""
         if self.uid is None:
             return
-        ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET)  # best effort: fails in some containers
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-        os.setgroups([])
-        os.setgid(self.uid)
-        os.setuid(self.uid)
+        self.kill()
+        residue.clear(self.uid, private_folders)
 
-    def kill_leftovers(self):
-        """As root, kill every process of the worker's uid: what escaped its session too.
-
-        A helper process takes the uid and sends SIGKILL to everything it may signal, again
-        until /proc shows no live process of the uid (zombies are dead already) or KILL_WAIT_S
-        has passed. kill(-1) itself cannot tell: it succeeds whenever any other process exists.
-        """
-        if self.uid is None:
-            return
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgid(self.uid)
-                os.setuid(self.uid)
-                me = os.getpid()
-                deadline = time.monotonic() + KILL_WAIT_S
-                while time.monotonic() < deadline:
-                    os.kill(-1, signal.SIGKILL)
-                    if not any(p.uid == self.uid and p.pid != me and p.state != "Z" for p in procfs.processes()):
-                        break
-                    time.sleep(0.01)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+    def disk_bytes(self):
+        """What the worker wrote where the uid-only layer lets it (see residue.disk_bytes)."""
+        return residue.disk_bytes(self.uid, [self.home, self.tmp])
 
     def cleanup(self):
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Kill everything of the uid, remove what it left and the sandbox folder (one bounded
+        removal, whatever the worker made inside), then free the uid. Never raises."""
+        if self.uid is None:
+            residue.remove([self.root])
+        else:
+            self.clear(self.root)
         if self.lease is not None:
             self.lease.close()

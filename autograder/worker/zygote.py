@@ -6,13 +6,13 @@ imports child.py (torch, numpy, wire, parameters) and exercises the operations a
 that each worker it forks starts with torch loaded and its kernels initialised instead of paying
 for that again. The zygote itself never runs student code: on each request it forks, and the
 fork takes the sandbox the grader prepared (new session, its directory and environment, the
-same rlimits and privilege drop as sandbox.Sandbox.preexec) before it imports the submission and
+same rlimits, namespaces and privilege drop as sandbox.enter) before it imports the submission and
 serves child.py's protocol. A fork is thus as isolated as a worker started from scratch, and
 every submission gets a fresh fork of a process that no submission has touched.
 
 Control protocol (a SOCK_SEQPACKET socket; one JSON datagram per message, fds by SCM_RIGHTS):
   zygote -> grader  {"ready": true} once warm
-  fork  {workdir, submission, env, uid, limits} + fds [request_r, response_w, output_w] -> {"pid": N}
+  fork  {workdir, submission, env, uid, root, isolate, limits} + fds [request_r, response_w, output_w] -> {"pid": N}
   wait  {pid, timeout (seconds or null)} -> {"returncode": int, or null if still running}
 """
 import ctypes
@@ -90,7 +90,7 @@ def become_worker(request, fds):
     if "tempfile" in sys.modules:
         sys.modules["tempfile"].tempdir = None  # gettempdir() then reads the sandbox's TMPDIR
     sys.path[:] = [entry for entry in sys.path if entry not in (HERE, PACKAGE_ROOT)]  # child.py added HERE too
-    sandbox.Sandbox.preexec(types.SimpleNamespace(limits=types.SimpleNamespace(**request["limits"]), uid=request["uid"]))
+    sandbox.enter(types.SimpleNamespace(**request["limits"]), request["uid"], request["root"], request["isolate"])
     child.run(request_fd, response_fd, request["submission"])
 
 

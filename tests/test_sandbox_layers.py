@@ -1,0 +1,134 @@
+"""The isolation layers, attacked one by one as root: what a killed grader leaves, the uid leases,
+and what a worker in a batch can reach of its classmates.
+
+Each test runs under both layers where the kernel allows namespaces ("namespaces") and under the
+uid-only layer alone ("uid-only", as on Gradescope's Docker), through AUTOGRADER_NAMESPACES.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.worker import namespaces, procfs, residue, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+IS_ROOT = os.geteuid() == 0
+BASE_UID = 64000  # a range of these tests' own (test_hostile uses 63000+, graders 61000+)
+MODES = ["namespaces", "uid-only"] if IS_ROOT and namespaces.available() else ["uid-only"]
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the layers exist only when the grader runs as root")
+
+# Correct enough to import; at import it leaves a process outside its session, then waits.
+ORPHAN_MAKER = '''
+import subprocess, time
+subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True)
+time.sleep(60)
+class SelfAttention: pass
+'''
+
+
+def uid_processes(first, last):
+    return [p for p in procfs.processes() if first <= p.uid <= last and p.state != "Z"]
+
+
+def wait_for(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def grade_command(path, out, uid, mode):
+    env = {**os.environ, "AUTOGRADER_WORKER_UID": str(uid), "AUTOGRADER_NAMESPACES": "off" if mode == "uid-only" else "auto"}
+    return [sys.executable, "-m", "autograder", "grade", str(path), "--out", str(out)], env
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_9_of_the_grader_leaves_no_worker_for_long(tmp_path, mode):
+    uid = BASE_UID + (0 if mode == "namespaces" else 100)
+    submission = tmp_path / "attention.py"
+    submission.write_text(ORPHAN_MAKER, encoding="utf-8")
+    command, env = grade_command(submission, tmp_path / "out", uid, mode)
+    grader = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: any(p.session != p.pid for p in uid_processes(uid, uid)) and
+                        any("sleep" in Path(f"/proc/{p.pid}/cmdline").read_bytes().decode(errors="replace")
+                            for p in uid_processes(uid, uid)), 60), "the orphan never started"
+    finally:
+        grader.kill()
+        grader.wait()
+    if mode == "namespaces":  # the kernel ends the worker's PID namespace with its stand-in
+        assert wait_for(lambda: not uid_processes(uid, uid), 5), uid_processes(uid, uid)
+    # Otherwise (and in any case) the next grader to start reaps the uid and its sandbox folder.
+    stub = ROOT / "assignments" / "attention" / "attention.py"
+    command, env = grade_command(stub, tmp_path / "next", uid, mode)
+    subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    assert not uid_processes(uid, uid + sandbox.LEASE_SPAN - 1)
+    assert not sandbox.stale_sandboxes(uid)
+    assert not residue.uids_with_residue(uid, uid + 10)
+
+
+def test_a_worker_can_neither_take_nor_forge_a_uid_lease(tmp_path):
+    folder = Path(sandbox._lease_folder())
+    assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == 0
+    code = f"import os\ntry:\n    os.open('{folder}/uid-{BASE_UID}.lock', os.O_RDWR | os.O_CREAT)\n    print('opened')\nexcept OSError:\n    print('denied')"
+    done = subprocess.run([sys.executable, "-I", "-c", code], preexec_fn=lambda: (os.setgid(BASE_UID + 999), os.setuid(BASE_UID + 999)),
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.stdout.strip() == "denied"
+
+
+def test_a_lease_folder_made_by_someone_else_is_refused(tmp_path, monkeypatch):
+    squatted = tmp_path / "leases"
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, BASE_UID + 999, BASE_UID + 999)  # a worker made it first, in a shared /tmp
+    monkeypatch.setattr(sandbox, "LEASE_FOLDERS", (str(squatted),))
+    with pytest.raises(sandbox.UidUnavailable):
+        sandbox.lease_uid(BASE_UID + 500)
+
+
+@pytest.fixture
+def open_folder():
+    """A folder anyone may enter and list, as a TA's course folder usually is (tmp_path is not)."""
+    folder = Path(tempfile.mkdtemp(prefix="cohort-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_a_batch_a_worker_reads_nothing_of_its_classmates(open_folder, mode):
+    """sa_read_solution looks in every folder named on any process's command line (the cohort
+    folder, the store's folder) and in the project, and runs any SelfAttention it can read (a
+    classmate's): it must score as the wrong code it is."""
+    cohort = open_folder / "cohort"
+    cohort.mkdir(mode=0o755)
+    (cohort / "victim.py").write_bytes((ROOT / "solutions" / "attention.py").read_bytes())
+    attack = (ROOT / "tests" / "submissions" / "hostile" / "sa_read_solution.py").read_text(encoding="utf-8")
+    (cohort / "attacker.py").write_text(attack.replace('"/autograder/source"', repr(str(ROOT))), encoding="utf-8")
+    (cohort / "plain.py").write_bytes((ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py").read_bytes())
+    for path in cohort.iterdir():
+        path.chmod(0o644)
+    store = open_folder / "store" / "cohorts.sqlite"
+    store.parent.mkdir(mode=0o755)
+    env = {**os.environ, "AUTOGRADER_WORKER_UID": str(BASE_UID + 200), "AUTOGRADER_NAMESPACES": "off" if mode == "uid-only" else "auto"}
+    subprocess.run([sys.executable, "-m", "autograder", "batch", str(cohort), "--cohort", "c", "--db", str(store), "--jobs", "2"],
+                   env=env, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    from autograder.cohort.store import Store
+
+    db = Store(store)
+    try:
+        results = {r.key: r for r in db.results(db.run("c"))}
+    finally:
+        db.close()
+    statuses = {key: [(o.cls, o.prop, o.status) for o in result.outcomes] for key, result in results.items()}
+    assert statuses["attacker.py"] == statuses["plain.py"] != statuses["victim.py"]
+    printed = "".join(o.output for o in results["attacker.py"].outcomes)
+    assert "read 0 secret(s)" in printed
+    assert cohort.stat().st_mode & 0o007 == 0  # closed to other users before any worker ran
+    assert all(path.stat().st_mode & 0o077 == 0 for path in store.parent.iterdir())
