@@ -43,14 +43,14 @@ def test_unfinished_run_is_resumed_and_finished_one_is_not(store):
     store.record_grading(run, "ana", [], "hash-a", OUTCOMES)
     again, resumed = begin(store)
     assert resumed and again.id == run.id
-    assert store.done_keys(run.id) == {"ana"}
+    assert store.done(run.id) == {"ana": "hash-a"}
     other_suite, resumed = begin(store, suite="s2")
     assert not resumed and other_suite.id != run.id
     store.finish_run(other_suite.id)
     store.finish_run(run.id)
     fresh, resumed = begin(store)
     assert not resumed and fresh.id not in (run.id, other_suite.id)
-    assert store.done_keys(fresh.id) == set()
+    assert store.done(fresh.id) == {}
 
 
 def test_reuse_needs_same_content_grader_and_suite(store):

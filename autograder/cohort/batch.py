@@ -5,11 +5,26 @@ Gradescope "Export Submissions" archive (.zip or unpacked) whose submission_meta
 the students. The batch process only reads files (to hash them); grading happens in the
 executor's slots. A submission whose content, grader version and grading.yml are unchanged
 since it was last graded keeps that grading (unless --regrade). Each submission is stored in
-one transaction as soon as it is graded, and an interrupted batch resumes its unfinished run.
+one transaction as soon as it is graded.
+
+Resuming: a batch interrupted (Ctrl-C, kill -9, a grader failure) leaves its run unfinished, and
+the same command run again resumes it: a submission already in that run counts as done only if
+its content hash is still the stored one; a changed one is graded (or its matching earlier
+grading reused) again and replaces its result in the run. So nothing is lost or duplicated, and
+the finished run holds every submission's present content. Only the cohort's latest run is
+resumed, and only by a batch with the same --regrade flag (and grader and grading.yml):
+`batch --regrade` after an interrupted plain batch starts a new run that grades everything, and
+a plain batch after an interrupted --regrade one starts a new run that keeps unchanged gradings;
+the interrupted run is left unfinished.
+
+Keys: a submission's key is its file or folder name (or Gradescope's folder name), made valid
+text by text.clean; a key that clean() changes gets a suffix from the sha256 of the raw name,
+so that keys stay distinct and stable across runs while the grading reads the original path.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,11 +35,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from .. import config as grading_config
 from .. import submission
-from ..grade import suite_version
+from ..grade import close_to_workers, suite_version
 from ..outcomes import Outcome
+from ..text import clean
 from . import gradescope_export
 from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
 from .store import DEFAULT_PATH, Store, Submitter
@@ -66,18 +83,40 @@ def folder_entries(folder):
     return entries
 
 
+def clean_keys(found):
+    """The entries with keys that are valid text and pairwise distinct; paths stay as they were.
+
+    A key that clean() changes becomes its cleaned text plus `~` and 8 hex digits of the sha256
+    of the raw name, the same in every run. Only a name crafted to equal such a suffixed key
+    makes it take a counter as well."""
+    taken = {e.key for e in found if clean(e.key) == e.key}
+    cleaned = []
+    for entry in found:
+        if clean(entry.key) != entry.key:
+            digest = hashlib.sha256(entry.key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            key = base = f"{clean(entry.key)}~{digest}"
+            count = 1
+            while key in taken:
+                count += 1
+                key = f"{base}-{count}"
+            taken.add(key)
+            entry = dataclasses.replace(entry, key=key)
+        cleaned.append(entry)
+    return cleaned
+
+
 @contextlib.contextmanager
 def entries(path):
     """The cohort's entries, from a Gradescope export (zip or folder) or a plain folder."""
     path = Path(path)
     if path.is_dir() and gradescope_export.find_metadata(path) is None:
-        yield folder_entries(path)
+        yield clean_keys(folder_entries(path))
         return
     if not path.exists():
         raise BatchError(f"{path} does not exist")
     try:
         with gradescope_export.Export(path) as exported:
-            yield [Entry(e.key, e.path, e.submitters) for e in exported]
+            yield clean_keys([Entry(e.key, e.path, e.submitters) for e in exported])
     except gradescope_export.ExportError as exc:
         raise BatchError(f"{exc} (give a folder of submissions, or a Gradescope export)") from None
 
@@ -102,31 +141,34 @@ def _progress(console):
 
 
 def run_batch(path, cohort, store, config, executor_factory, regrade=False, console=None):
-    """Grade every entry of `path` not yet in the cohort's current run; returns a Summary."""
+    """Grade every entry of `path` that the cohort's current run lacks, or holds with other content;
+    returns a Summary."""
     console = console or Console(stderr=True)
+    close_to_workers([path])  # as root: no worker may read its classmates' submissions
     version, suite_hash = suite_version(config)
     run, resumed = store.begin_run(cohort, version, suite_hash, config.source, Path(path).resolve(), regrade)
     summary = Summary(run_id=run.id, resumed=resumed)
-    done = store.done_keys(run.id)
+    done = store.done(run.id)
     started = time.monotonic()
     with entries(path) as found:
         if not found:
             raise BatchError(f"no submissions found in {path}")
-        summary.already_done = sum(e.key in done for e in found)
         pending = {}
         for entry in found:
-            if entry.key in done:
-                continue
             content_hash, task, outcomes = _load(entry, config)
+            if done.get(entry.key) == content_hash:
+                summary.already_done += 1
+                continue
+            replace = entry.key in done  # changed since this run recorded it
             previous = None if regrade else store.reusable(cohort, entry.key, content_hash, version, suite_hash)
             if previous is not None:
-                store.record_reuse(run, entry.key, entry.submitters, previous)
+                store.record_reuse(run, entry.key, entry.submitters, previous, replace)
                 summary.reused += 1
             elif task is None:
-                store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes)
+                store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, replace=replace)
                 summary.unreadable += 1
             else:
-                pending[entry.key] = (entry, content_hash, task)
+                pending[entry.key] = (entry, content_hash, task, replace)
         if pending:
             _grade_pending(pending, run, store, executor_factory, summary, console)
     summary.seconds = time.monotonic() - started
@@ -142,13 +184,14 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     try:
         with _progress(console) as progress:
             bar = progress.add_task(f"grading ({executor.slots} slots)", total=len(pending), rate="")
-            for task, result in executor.run([task for _, _, task in pending.values()]):
-                entry, content_hash, _ = pending[task.key]
+            for task, result in executor.run([task for _, _, task, _ in pending.values()]):
+                entry, content_hash, _, replace = pending[task.key]
                 if isinstance(result, GraderFailure):
-                    summary.failures.append((task.key, str(result)))
+                    summary.failures.append((task.key, clean(result)))
                 else:
                     store.record_grading(run, entry.key, entry.submitters, content_hash,
-                                         [Outcome(**o) for o in result.outcomes], result.seconds, result.peak_rss_mib)
+                                         [Outcome(**o) for o in result.outcomes], result.seconds, result.peak_rss_mib,
+                                         replace)
                     summary.graded += 1
                 done = summary.graded + len(summary.failures)
                 progress.update(bar, advance=1, rate=f"{60 * done / max(time.monotonic() - began, 1e-9):.1f}/min")
@@ -165,8 +208,8 @@ def report_summary(summary, console):
         f"run {summary.run_id}{resumed}: {summary.graded} graded, {summary.reused} unchanged (kept), "
         f"{summary.unreadable} unreadable, {len(summary.failures)} grader failures in {summary.seconds:.1f} s"
     )
-    for key, message in summary.failures[:10]:
-        console.print(f"  [red]grader failure[/red] {key}: {message}")
+    for key, message in summary.failures[:10]:  # literal text: a key or message may hold [markup]
+        console.print(Text.assemble("  ", ("grader failure", "red"), f" {key}: {message}"))
     if summary.interrupted:
         console.print("[yellow]interrupted[/yellow]: what was graded is stored; run the same command again to go on")
     elif summary.failures:

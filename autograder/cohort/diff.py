@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .. import config as grading_config
 from .report import ReportError, rescore
@@ -65,13 +66,14 @@ def _score(value):
 
 
 def print_changes(changes, old_run, new_run, console):
-    table = Table(title=f"{old_run.cohort}:{old_run.id} → {new_run.cohort}:{new_run.id}")
+    """The changes as a table; names, keys and cohorts go in as Text, so rich reads no [markup] in them."""
+    table = Table(title=Text(f"{old_run.cohort}:{old_run.id} → {new_run.cohort}:{new_run.id}"))
     for column in ("submission", "student", "old", "new", "Δ", "properties"):
         table.add_column(column, justify="right" if column in ("old", "new", "Δ") else "left")
     for change in changes:
         delta = "" if change.old is None or change.new is None else f"{change.new - change.old:+g}"
         props = "\n".join(f"{c}.{p}: {a} → {b}" for c, p, a, b in change.properties)
-        table.add_row(change.key, change.name, _score(change.old), _score(change.new), delta, props)
+        table.add_row(Text(change.key), Text(change.name), _score(change.old), _score(change.new), delta, Text(props))
     console.print(table)
     moved = sum(1 for c in changes if c.old is not None and c.new is not None and c.old != c.new)
     console.print(f"{moved} score(s) changed, {len(changes)} submission(s) differ")

@@ -11,8 +11,14 @@ submission folder (`submission_123456`) to its submitters, with Ruby-style keys:
       :created_at: 2026-03-01 10:00:00.000000000 Z
       :score: 48.0
 
-Plain keys (`submitters`, `name`, ...) are accepted too. Only the metadata is read here; the
-submission folders are graded like any other folder submission.
+Plain keys (`submitters`, `name`, ...) are accepted too, and a node with a tag YAML does not
+know (`!ruby/object:...`) is read as the plain mapping, list or text under it. Only the metadata
+is read here; the submission folders are graded like any other folder submission.
+
+Every submission key must name a folder of the export: a key that is empty, `.` or `..`, holds a
+slash, backslash or NUL, or whose path is a symlink or resolves outside the export is refused
+with ExportError, and the batch stops before grading anything. Gradescope writes only
+`submission_N` keys, so such a file is not a genuine export and grading the rest would hide that.
 """
 from __future__ import annotations
 
@@ -63,23 +69,49 @@ def unpack(archive, into):
     return Path(into)
 
 
+class _MetadataLoader(yaml.SafeLoader):
+    """SafeLoader that reads a node of unknown tag as its untagged value instead of failing."""
+
+
+def _untagged(loader, tag_suffix, node):
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+_MetadataLoader.add_multi_constructor("", _untagged)
+
+
+def _folder(root, key):
+    """The export's folder for `key`, or ExportError if the key is not a plain name of a folder inside it."""
+    if key in ("", ".", "..") or any(c in key for c in "/\\\0"):
+        raise ExportError(f"{METADATA} names {key!r}, which is not a submission folder name")
+    path = root / key
+    if path.is_symlink() or (path.exists() and path.resolve().parent != root.resolve()):
+        raise ExportError(f"{METADATA} names {key!r}, a symlink or a path outside the export")
+    return path
+
+
 def read(metadata_path):
     """The export's submissions, in folder order, each with its submitters."""
     metadata_path = Path(metadata_path)
     try:
-        data = yaml.safe_load(metadata_path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.load(metadata_path.read_text(encoding="utf-8"), Loader=_MetadataLoader) or {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8, or an impossible date
         raise ExportError(f"cannot read {metadata_path}: {exc}") from None
     if not isinstance(data, dict):
         raise ExportError(f"{metadata_path}: expected a mapping of submission folders")
     found = []
     for folder, entry in sorted(data.items(), key=lambda item: str(item[0])):
-        path = metadata_path.parent / str(folder)
+        path = _folder(metadata_path.parent, str(folder))
         if not path.exists() or not isinstance(entry, dict):
             continue
-        people = entry.get(":submitters", entry.get("submitters")) or []
+        people = entry.get(":submitters", entry.get("submitters"))
         submitters = tuple(
-            Submitter(_field(p, "name"), _field(p, "email"), _field(p, "sid")) for p in people if isinstance(p, dict)
+            Submitter(_field(p, "name"), _field(p, "email"), _field(p, "sid"))
+            for p in (people if isinstance(people, list) else []) if isinstance(p, dict)
         )
         found.append(ExportedSubmission(str(folder), path, submitters))
     return found

@@ -5,15 +5,22 @@ rescored with the current grading.yml (points, visibility) and rendered in the c
 
   gradebook.csv        one row per student: Name, SID, Email, Total Score, Max Points, one
                        subtotal per class (what Gradescope's and Canvas's score imports match on)
-  students/KEY.html    per-submission feedback (and .md): what a student may see, so tests with
-  students/KEY.md      visibility "hidden" are left out, and so is the total when any test is hidden
+  students/PAGE.html   per-submission feedback (and .md): what a student may see, so tests with
+  students/PAGE.md     visibility "hidden" are left out, and so is the total when any test is hidden
   index.html           cohort summary for the staff: score histogram, pass rate per property and
                        per class, the most common failures with an example message, every student
   *.png                the summary's plots
+
+Everything a student wrote or named (names, keys, messages, what the code printed) is shown as
+text: gradebook cells that a spreadsheet would run as a formula get a leading quote, HTML pages
+are autoescaped, Markdown pages escape names and keys and fence messages. Files are written 0600
+and the folders made here 0700: the reports hold every student's feedback.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
+import os
 import re
 import statistics
 import sys
@@ -28,6 +35,9 @@ from .store import Store, StoreError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP_FAILURES = 10
+PLAIN_PAGE = re.compile(r"[a-z0-9_-][a-z0-9._-]{0,99}")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list
+ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 class ReportError(Exception):
@@ -57,7 +67,13 @@ class Graded:
 
 
 def page_name(key):
-    return re.sub(r"[^A-Za-z0-9._-]", "_", key).lstrip(".") or "submission"
+    """The file name (without suffix) of a submission's pages, from its key alone: the key itself when it
+    is a plain lowercase name, else its sanitized form, `~` and a sha256 prefix of the key. `~` is in no
+    plain name, so no two keys share a page, in any run, even on a case-insensitive file system."""
+    if PLAIN_PAGE.fullmatch(key):
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{re.sub(r'[^a-z0-9._-]', '_', key.lower())[:80].lstrip('.')}~{digest}"
 
 
 def rescore(results, config):
@@ -77,18 +93,38 @@ def classes_of(config):
     return list(dict.fromkeys(p.cls for p in config.properties))
 
 
+def private_file(path, binary=False):
+    """Open `path` for writing, truncated, readable by its owner only (0600 even if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="")
+
+
+def private_folder(path):
+    """Create `path` and its missing parents with mode 0700 (folders that exist are left alone)."""
+    for folder in [*reversed(path.parents), path]:
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
+
+
+def text_cell(text):
+    """A gradebook cell that no spreadsheet runs as a formula: a leading quote where one could start."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
 def write_gradebook(path, graded, config):
     classes = classes_of(config)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with private_file(path) as handle:
         writer = csv.writer(handle)
         writer.writerow(["Name", "SID", "Email", "Submission", "Total Score", "Max Points", *classes])
         for item in graded:
             earned, possible = item.total
             subtotals = item.class_totals(classes)
             for person in item.submitters or [None]:
+                texts = (person.name, person.sid, person.email) if person else (item.key, "", "")
                 writer.writerow([
-                    person.name if person else item.key, person.sid if person else "", person.email if person else "",
-                    item.key, f"{earned:g}", f"{possible:g}", *(f"{subtotals[c]:g}" for c in classes),
+                    *map(text_cell, (*texts, item.key)),
+                    f"{earned:g}", f"{possible:g}", *(f"{subtotals[c]:g}" for c in classes),
                 ])
 
 
@@ -135,9 +171,7 @@ def plot(out, graded, per_property, per_class, config, labels):
     ax.set_ylabel(labels["submissions"])
     ax.set_title(labels["histogram"])
     figures["histogram"] = "histogram.png"
-    fig.tight_layout()
-    fig.savefig(out / figures["histogram"], dpi=100)
-    plt.close(fig)
+    _save(fig, out / figures["histogram"])
 
     for name, rows, height in (("per_property", per_property, 0.28), ("per_class", per_class, 0.6)):
         fig, ax = plt.subplots(figsize=(7, 1 + height * len(rows)))
@@ -147,16 +181,29 @@ def plot(out, graded, per_property, per_class, config, labels):
         ax.set_title(f"{labels['pass_rate']} {labels[name]}")
         ax.tick_params(axis="y", labelsize=7 if name == "per_property" else 9)
         figures[name] = f"pass_rate_{name}.png"
-        fig.tight_layout()
-        fig.savefig(out / figures[name], dpi=100)
-        plt.close(fig)
+        _save(fig, out / figures[name])
     return figures
+
+
+def _save(fig, path):
+    import matplotlib.pyplot as plt  # loaded by plot() already
+
+    fig.tight_layout()
+    with private_file(path, binary=True) as handle:
+        fig.savefig(handle, format="png", dpi=100)
+    plt.close(fig)
 
 
 def _fence(text):
     """A Markdown code fence longer than any run of backticks in the text."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
+
+
+def _markdown_text(text):
+    """`text` as literal inline Markdown: one line, `&<>` as entities, other ASCII punctuation
+    backslash-escaped, so a name can open no HTML tag, link, emphasis, table cell or heading."""
+    return re.sub(r"[!-/:-@\[-`{-~]", lambda m: ENTITIES.get(m[0], "\\" + m[0]), " ".join(str(text).split()))
 
 
 def environment():
@@ -167,6 +214,7 @@ def environment():
         trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
     )
     env.filters["fence"] = _fence
+    env.filters["md"] = _markdown_text
     env.filters["num"] = lambda value: f"{value:g}"
     return env
 
@@ -178,11 +226,12 @@ def write_reports(store, cohort, out, config, run_id=None):
     if not graded:
         raise ReportError(f"run {run.id} of {cohort!r} has no results yet")
     out = Path(out)
-    (out / "students").mkdir(parents=True, exist_ok=True)
+    private_folder(out / "students")
+    (out / "students").chmod(0o700)  # made by an earlier version, maybe; it lists every student
     labels = feedback.catalog(config.language)["report"]
     env = environment()
     write_gradebook(out / "gradebook.csv", graded, config)
-    page = {"labels": labels, "cohort": cohort, "language": config.language,
+    page = {"labels": labels, "cohort": run.cohort, "language": config.language,
             "title": feedback.label("summary_title", config.language),
             "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
     for item in graded:
@@ -190,17 +239,20 @@ def write_reports(store, cohort, out, config, run_id=None):
         context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored)}
         for suffix in ("html", "md"):
             text = env.get_template(f"student.{suffix}.j2").render(context)
-            (out / "students" / f"{item.page}.{suffix}").write_text(text, encoding="utf-8")
+            with private_file(out / "students" / f"{item.page}.{suffix}") as handle:
+                handle.write(text)
     per_property, per_class, top = summary_figures(graded, config)
     totals = [g.total[0] for g in graded]
     figures = plot(out, graded, per_property, per_class, config, labels)
     context = {
-        "cohort": cohort, "run": run, "labels": labels, "language": config.language, "graded": graded,
+        "cohort": run.cohort, "run": run, "labels": labels, "language": config.language, "graded": graded,
         "max_score": config.max_score, "mean": statistics.fmean(totals), "median": statistics.median(totals),
         "per_class": per_class, "per_property": per_property, "top": top, "figures": figures,
         "scored_with": grading_yml_hash(config),
     }
-    (out / "index.html").write_text(env.get_template("summary.html.j2").render(context), encoding="utf-8")
+    text = env.get_template("summary.html.j2").render(context)
+    with private_file(out / "index.html") as handle:
+        handle.write(text)
     return run, graded
 
 
@@ -214,7 +266,7 @@ def cmd_report(args):
         return 2
     finally:
         store.close()
-    print(f"run {run.id} of {args.cohort}: {len(graded)} submissions rescored with {args.config}; reports in {args.out}")
+    print(f"run {run.id} of {run.cohort}: {len(graded)} submissions rescored with {args.config}; reports in {args.out}")
     return 0
 
 

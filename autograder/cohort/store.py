@@ -13,18 +13,29 @@ cohort with an edited grading.yml without running anything again.
   run_results  which grading stands for each submission in each run (new, or reused unchanged)
 
 Each submission's grading, outcomes and run_results row are written in one transaction, so a
-batch killed at any moment leaves only whole submissions behind, and its next run resumes the
-unfinished run instead of starting over.
+batch killed at any moment leaves only whole submissions behind. The next batch resumes the
+cohort's latest run if it is unfinished and was started with the same grader, grading.yml and
+--regrade flag; otherwise it starts a new run and the unfinished one stays as it was (never
+resumed later: only the latest run can be). Resuming replaces the result of a submission whose
+content changed since it was recorded in that run.
+
+Every text written here (names, outcomes, cohort and source names) goes through text.clean, so
+no lone surrogate or control character can fail an insert; keys must come clean (batch makes
+them clean and distinct). The file and its -wal and -shm are made 0600 on every open: they hold
+every student's feedback, and stores written by earlier versions were left world-readable.
 """
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..outcomes import Outcome
+from ..text import clean, clean_tree
 
 DEFAULT_PATH = Path("autograder-cohorts.sqlite")
 
@@ -99,9 +110,21 @@ def _now():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _make_private(path):
+    """Give an existing file mode 0600 (SQLite creates -wal and -shm with the database's mode)."""
+    try:
+        if stat.S_IMODE(path.stat().st_mode) != 0o600:
+            path.chmod(0o600)
+    except FileNotFoundError:
+        pass
+
+
 class Store:
     def __init__(self, path=DEFAULT_PATH):
         self.path = Path(path)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite takes an empty file as a new store
+        for file in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            _make_private(file)
         self.db = sqlite3.connect(self.path, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # a killed process loses nothing committed
@@ -114,6 +137,7 @@ class Store:
 
     # ---- cohorts and runs ---------------------------------------------------------------------
     def cohort_id(self, name, create=False):
+        name = clean(name)
         row = self.db.execute("SELECT id FROM cohorts WHERE name = ?", (name,)).fetchone()
         if row:
             return row[0]
@@ -123,18 +147,20 @@ class Store:
             return self.db.execute("INSERT INTO cohorts (name, created_at) VALUES (?, ?)", (name, _now())).lastrowid
 
     def begin_run(self, cohort, grader_version, suite_hash, grading_yml, source, regrade):
-        """(run, resumed): the cohort's unfinished run under the same grader and suite, or a new one."""
+        """(run, resumed): the cohort's latest run if it is unfinished and was begun with the same grader,
+        suite and regrade flag, else a new one. An older unfinished run is never resumed: its results
+        would land in a run that reports no longer show."""
         cohort_id = self.cohort_id(cohort, create=True)
-        row = self.db.execute(
-            "SELECT id FROM runs WHERE cohort_id = ? AND finished_at IS NULL AND grader_version = ? AND suite_hash = ?"
-            " ORDER BY id DESC LIMIT 1", (cohort_id, grader_version, suite_hash)).fetchone()
-        if row:
-            return self.run(cohort, row[0]), True
+        latest = self.db.execute(
+            "SELECT id, finished_at, grader_version, suite_hash, regrade FROM runs WHERE cohort_id = ?"
+            " ORDER BY id DESC LIMIT 1", (cohort_id,)).fetchone()
+        if latest and latest[1:] == (None, grader_version, suite_hash, int(regrade)):
+            return self.run(cohort, latest[0]), True
         with self.db:
             run_id = self.db.execute(
                 "INSERT INTO runs (cohort_id, started_at, grader_version, suite_hash, grading_yml, source, regrade)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (cohort_id, _now(), grader_version, suite_hash, grading_yml, str(source), int(regrade))).lastrowid
+                (cohort_id, _now(), grader_version, suite_hash, grading_yml, clean(source), int(regrade))).lastrowid
         return self.run(cohort, run_id), False
 
     def finish_run(self, run_id):
@@ -145,7 +171,7 @@ class Store:
         rows = self.db.execute(
             "SELECT id, started_at, finished_at, grader_version, suite_hash, source, regrade FROM runs"
             " WHERE cohort_id = ? ORDER BY id", (self.cohort_id(cohort),)).fetchall()
-        return [Run(r[0], cohort, *r[1:6], bool(r[6])) for r in rows]
+        return [Run(r[0], clean(cohort), *r[1:6], bool(r[6])) for r in rows]
 
     def run(self, cohort, run_id=None):
         """A run of the cohort: the given one, or the latest."""
@@ -160,12 +186,11 @@ class Store:
         raise StoreError(f"cohort {cohort!r} has no run {run_id}; its runs: {[r.id for r in runs]}")
 
     # ---- recording -----------------------------------------------------------------------------
-    def done_keys(self, run_id):
-        """Keys of the submissions that already have a result in this run."""
-        rows = self.db.execute(
-            "SELECT s.key FROM run_results r JOIN submissions s ON s.id = r.submission_id WHERE r.run_id = ?",
-            (run_id,))
-        return {row[0] for row in rows}
+    def done(self, run_id):
+        """{key: content hash} of the submissions that already have a result in this run."""
+        return dict(self.db.execute(
+            "SELECT s.key, g.content_hash FROM run_results r JOIN submissions s ON s.id = r.submission_id"
+            " JOIN gradings g ON g.id = r.grading_id WHERE r.run_id = ?", (run_id,)))
 
     def reusable(self, cohort, key, content_hash, grader_version, suite_hash):
         """The latest grading of this very content under the same grader and suite, if any."""
@@ -185,10 +210,18 @@ class Store:
         self.db.execute("DELETE FROM submitters WHERE submission_id = ?", (submission_id,))
         self.db.executemany(
             "INSERT INTO submitters (submission_id, position, name, email, sid) VALUES (?, ?, ?, ?, ?)",
-            [(submission_id, i, s.name, s.email, s.sid) for i, s in enumerate(submitters)])
+            [(submission_id, i, clean(s.name), clean(s.email), clean(s.sid)) for i, s in enumerate(submitters)])
         return submission_id
 
-    def record_grading(self, run, key, submitters, content_hash, outcomes, seconds=0.0, peak_rss_mib=0.0):
+    def _result(self, run, submission_id, grading_id, reused, replace):
+        """Link a grading to the submission in this run; `replace` swaps the run's earlier result for it
+        (resuming after the content changed), otherwise a second result in one run is an IntegrityError."""
+        self.db.execute(
+            f"INSERT {'OR REPLACE ' if replace else ''}INTO run_results (run_id, submission_id, grading_id, reused)"
+            " VALUES (?, ?, ?, ?)", (run.id, submission_id, grading_id, int(reused)))
+
+    def record_grading(self, run, key, submitters, content_hash, outcomes, seconds=0.0, peak_rss_mib=0.0,
+                       replace=False):
         """Store a new grading of one submission, all of it or nothing (one transaction)."""
         with self.db:
             submission_id = self._submission(run, key, submitters)
@@ -200,18 +233,17 @@ class Store:
             self.db.executemany(
                 "INSERT INTO outcomes (grading_id, position, cls, prop, status, code, params, example, duration, output)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(grading_id, i, o.cls, o.prop, o.status, o.code, json.dumps(o.params, ensure_ascii=False),
-                  json.dumps(o.example, ensure_ascii=False), o.duration, o.output) for i, o in enumerate(outcomes)])
-            self.db.execute("INSERT INTO run_results (run_id, submission_id, grading_id, reused) VALUES (?, ?, ?, 0)",
-                            (run.id, submission_id, grading_id))
+                [(grading_id, i, clean(o.cls), clean(o.prop), clean(o.status), o.code and clean(o.code),
+                  json.dumps(clean_tree(o.params), ensure_ascii=False),
+                  json.dumps(clean_tree(o.example), ensure_ascii=False), o.duration, clean(o.output))
+                 for i, o in enumerate(outcomes)])
+            self._result(run, submission_id, grading_id, False, replace)
         return grading_id
 
-    def record_reuse(self, run, key, submitters, grading_id):
+    def record_reuse(self, run, key, submitters, grading_id, replace=False):
         """Let an earlier grading of unchanged content stand for this submission in this run."""
         with self.db:
-            submission_id = self._submission(run, key, submitters)
-            self.db.execute("INSERT INTO run_results (run_id, submission_id, grading_id, reused) VALUES (?, ?, ?, 1)",
-                            (run.id, submission_id, grading_id))
+            self._result(run, self._submission(run, key, submitters), grading_id, True, replace)
 
     # ---- reading ---------------------------------------------------------------------------------
     def results(self, run):
