@@ -14,7 +14,7 @@ from typing import NamedTuple
 from . import __version__, results, scoring, submission
 from .outcomes import Outcome
 from .worker.client import Worker
-from .worker.sandbox import close_project, protect_paths, worker_uid
+from .worker.sandbox import close_project, interpreter_folders, open_way_to, protect_paths, worker_uid
 
 # Out of the worker's reach when it runs as another user: the whole project (the grader with its
 # hidden suite, grading.yml, solutions/, tests/, .git), except the interpreter that runs workers.
@@ -22,13 +22,18 @@ PROJECT = Path(__file__).resolve().parent.parent
 
 
 def worker_interpreter_folders():
-    """Folders the worker's Python needs: its environment (a venv may sit inside the project)."""
-    python = Path(os.environ.get("AUTOGRADER_WORKER_PYTHON") or sys.executable)
-    return {Path(sys.prefix), Path(sys.base_prefix), python.parent.parent}
+    """Folders the worker's Python needs (sandbox.interpreter_folders of the one it will run)."""
+    return interpreter_folders(os.environ.get("AUTOGRADER_WORKER_PYTHON") or sys.executable)
 
 
 def close_to_workers(private=()):
-    """As root, close the project and `private` (results, submissions) to the worker's uid."""
+    """As root, set what the worker's uid may reach: the way to its interpreter opened (search
+    bit only, said on screen), the project and `private` (results, submissions) closed."""
+    opened = open_way_to(worker_interpreter_folders())
+    if opened:
+        print(f"note: added the search permission for other users (o+x, not read) to {', '.join(map(str, opened))}, "
+              "so that the unprivileged worker can run this Python; nothing there became listable or readable",
+              file=sys.stderr)
     close_project(PROJECT, keep=worker_interpreter_folders())
     protect_paths(private)
 

@@ -392,7 +392,9 @@ OUTSIDER_UID = TEST_BASE_UID + sandbox.LEASE_SPAN - 1  # a uid of the workers' r
 
 
 def run_as_worker(code, *args):
-    """Run a small Python snippet as a worker's uid would run it."""
+    """Run a small Python snippet as a worker's uid would run it, with the access the grader sets."""
+    close_to_workers()
+
     def drop():
         os.setgroups([])
         os.setgid(OUTSIDER_UID)

@@ -43,6 +43,7 @@ class Zygote:
         message = {
             "op": "fork", "workdir": str(sandbox.workdir), "submission": str(sandbox.submission),
             "env": sandbox.env(), "uid": sandbox.uid, "root": str(sandbox.root), "isolate": sandbox.isolate,
+            "keep": sandbox.keep,
             "limits": asdict(sandbox.limits),
         }
         return Forked(self, self.request(message, (request_r, response_w, output_w))["pid"])

@@ -247,7 +247,7 @@ class Worker:
             return
         harden_grader()
         try:
-            self.sandbox = Sandbox(self.source_text, self.limits, self.uid)
+            self.sandbox = Sandbox(self.source_text, self.limits, self.uid, self.python)
         except UidUnavailable as exc:
             raise WorkerSetupError(str(exc)) from None
         self.layers = self.sandbox.layers

@@ -69,17 +69,23 @@ def _become_pid_one():
     os._exit(code & 0xFF)
 
 
-def enter(root, uid, scratch_mib):
+MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # replaced by the scratch space in the worker's view
+
+
+def enter(root, uid, scratch_mib, keep=()):
     """In the worker's forked child, as root: enter new namespaces and lay out the worker's view.
 
     `root` is the sandbox folder; its home/ and tmp/, like /tmp, /var/tmp and /dev/shm, become
     folders of one tmpfs of scratch_mib, so every byte the worker can write is in that tmpfs.
+    The sandbox and the folders in `keep` (its interpreter's) stay where they were, even when
+    they lie under one of the covered places.
     """
     cwd = os.getcwd()
     _check(_libc.unshare(FLAGS), "unshare")
     _become_pid_one()
     _mount(None, "/", flags=MS_REC | MS_PRIVATE)
-    sandbox = os.open(root, os.O_PATH)  # the sandbox is usually under /tmp, which is covered next
+    kept = {path: os.open(path, os.O_PATH) for path in dict.fromkeys([root, *keep])
+            if any(path == place or path.startswith(place + "/") for place in MASKED)}
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
            f"size={scratch_mib}m,nr_inodes={SCRATCH_INODES},mode=1777")
@@ -89,10 +95,15 @@ def enter(root, uid, scratch_mib):
         os.chmod(f"/tmp/.scratch-{index}", mode)
         if mode == 0o700:
             os.chown(f"/tmp/.scratch-{index}", uid, uid)
-    os.makedirs(root, exist_ok=True)
-    _mount(f"/proc/self/fd/{sandbox}", root, flags=MS_BIND | MS_REC)
-    os.close(sandbox)
-    for index, target in enumerate(places):
+    for index, target in enumerate(list(places)[:2]):
+        _mount(f"/tmp/.scratch-{index}", target, flags=MS_BIND)
+    mask = os.umask(0o022)  # the folders on the way to a kept path must stay searchable
+    for path, handle in kept.items():
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{handle}", path, flags=MS_BIND | MS_REC)
+        os.close(handle)
+    os.umask(mask)
+    for index, target in list(enumerate(places))[2:]:
         _mount(f"/tmp/.scratch-{index}", target, flags=MS_BIND)
     for name, value in (("shmmni", SYSV_SEGMENTS), ("shmmax", scratch_mib << 20),
                         ("shmall", (scratch_mib << 20) // os.sysconf("SC_PAGE_SIZE"))):

@@ -20,6 +20,7 @@ import resource
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -159,6 +160,23 @@ def close_project(root, keep=()):
     close(root)
 
 
+def open_way_to(folders):
+    """As root, add the search bit for others (o+x, never read) to each folder and every folder
+    above it that lacks it, so that a worker uid can reach the interpreter it must run (pyenv or
+    a venv under a 0700 home, say). Returns the folders changed."""
+    if os.geteuid() != 0:
+        return []
+    changed = []
+    for folder in folders:
+        folder = Path(os.path.realpath(folder))
+        for step in (folder, *folder.parents):
+            mode = step.stat().st_mode
+            if not mode & 0o001:
+                step.chmod(mode | 0o001)
+                changed.append(step)
+    return changed
+
+
 def protect_paths(paths):
     """As root, make files and folders unreachable for other users (chmod o-rwx, left so).
 
@@ -203,9 +221,17 @@ def kill_uid(uid):
     os.waitpid(pid, 0)
 
 
-def enter(limits, uid, root, isolate):
+def interpreter_folders(python):
+    """Folders a worker's Python needs: its environment (a venv may sit inside the project), the
+    installation a venv points to, and the folder of the executable behind its links."""
+    python = Path(python)
+    return sorted({sys.prefix, sys.base_prefix, str(python.parent.parent), os.path.dirname(os.path.realpath(python))})
+
+
+def enter(limits, uid, root, isolate, keep=()):
     """In the worker's forked child, before it runs anything of the student's: resource limits,
-    then (as root) namespaces when `isolate`, and the drop to the worker's uid for good."""
+    then (as root) namespaces when `isolate` (keeping the folders in `keep` in view), and the
+    drop to the worker's uid for good."""
     mib = 1 << 20
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
@@ -218,7 +244,7 @@ def enter(limits, uid, root, isolate):
     if uid is None:
         return
     if isolate:
-        namespaces.enter(root, uid, limits.disk_mib)
+        namespaces.enter(root, uid, limits.disk_mib, keep)
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
     os.setgroups([])
     os.setgid(uid)
@@ -235,8 +261,9 @@ class Sandbox:
     own (0700); the worker's code is public. Another worker, of another uid, can open none of it.
     """
 
-    def __init__(self, source_text, limits, uid=None):
+    def __init__(self, source_text, limits, uid=None, python=sys.executable):
         self.limits = limits
+        self.keep = interpreter_folders(python)
         self.uid, self.lease = lease_uid(uid) if uid is not None else (None, None)
         self.isolate = self.uid is not None and namespaces.available()
         if self.uid is not None:
@@ -285,7 +312,7 @@ class Sandbox:
 
     def preexec(self):
         """Runs in the forked child before exec (see enter)."""
-        enter(self.limits, self.uid, str(self.root), self.isolate)
+        enter(self.limits, self.uid, str(self.root), self.isolate, self.keep)
 
     def kill(self):
         """As root, kill every process of the worker's uid, wherever it went."""

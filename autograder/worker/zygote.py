@@ -12,7 +12,7 @@ every submission gets a fresh fork of a process that no submission has touched.
 
 Control protocol (a SOCK_SEQPACKET socket; one JSON datagram per message, fds by SCM_RIGHTS):
   zygote -> grader  {"ready": true} once warm
-  fork  {workdir, submission, env, uid, root, isolate, limits} + fds [request_r, response_w, output_w] -> {"pid": N}
+  fork  {workdir, submission, env, uid, root, isolate, keep, limits} + fds [request_r, response_w, output_w] -> {"pid": N}
   wait  {pid, timeout (seconds or null)} -> {"returncode": int, or null if still running}
 """
 import ctypes
@@ -90,7 +90,8 @@ def become_worker(request, fds):
     if "tempfile" in sys.modules:
         sys.modules["tempfile"].tempdir = None  # gettempdir() then reads the sandbox's TMPDIR
     sys.path[:] = [entry for entry in sys.path if entry not in (HERE, PACKAGE_ROOT)]  # child.py added HERE too
-    sandbox.enter(types.SimpleNamespace(**request["limits"]), request["uid"], request["root"], request["isolate"])
+    sandbox.enter(types.SimpleNamespace(**request["limits"]), request["uid"], request["root"], request["isolate"],
+                  request["keep"])
     child.run(request_fd, response_fd, request["submission"])
 
 
