@@ -45,7 +45,7 @@ MEMORY_MIB = 1024
 # from 61000 on, so a leftover found here can only be one of ours.
 TEST_BASE_UID = 63000
 ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
-             "sa_shm_hog"}
+             "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -75,9 +75,13 @@ ONE_CLASS = {
     "csa_memory_hog": ("CausalSelfAttention", ["submission.memory"]),
     "sa_lying_tensor": ("SelfAttention", ["submission.bad_output"]),
     "sa_forged_build": ("SelfAttention", ["too_many_parameters"]),
+    "sa_memfd_hog": ("SelfAttention", ["submission.memory"]),
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
+# Trees no recursive remover survives: harmless in the namespace's scratch space, over the disk
+# limit in the uid layer alone (which counts files and depth); left behind in neither.
+DEEP_TREES = {"sa_deep_tree"}
 # Memory outside any process (/dev/shm, System V): counted, or bounded by the scratch space.
 OUTSIDE_PROCESSES = {"sa_shm_hog"}
 # sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
@@ -137,7 +141,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | DEEP_TREES
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -354,9 +358,28 @@ def test_memory_outside_processes_is_counted_or_bounded(graded):
             assert all(o.status == "passed" for o in outcomes), cls
 
 
+@pytest.mark.skipif(not IS_ROOT, reason="the trees are made where only a uid of its own is cleaned")
+def test_deep_trees_are_contained(graded):
+    report = graded["sa_deep_tree"]
+    if report["mode"] == "namespaces":
+        assert statuses(report) == statuses(graded["reference"])
+    else:
+        assert {o.code for o in report["outcomes"]} == {"submission.import_disk"}
+
+
 def test_the_reference_scores_are_not_all_alike(graded):
     """The comparisons above can fail: the wrong SelfAttention loses points the reference keeps."""
     assert graded["sa_no_scaling"]["results"]["score"] < graded["reference"]["results"]["score"]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="cleaned only as root, where the worker has a uid of its own")
+def test_no_message_queue_or_key_of_a_student_survives(graded):
+    """sa_leave_residue made a POSIX message queue and a key in its uid's keyring: both gone."""
+    import ctypes
+
+    assert graded["sa_leave_residue"]["results"]["score"] == graded["reference"]["results"]["score"]
+    librt = ctypes.CDLL("librt.so.1", use_errno=True)
+    assert librt.mq_open(b"/residue-from-a-student", os.O_RDONLY) == -1 and ctypes.get_errno() == 2  # ENOENT
 
 
 def test_forged_shapes_cost_the_grader_nothing(graded):

@@ -4,6 +4,7 @@ and what a worker in a batch can reach of its classmates.
 Each test runs under both layers where the kernel allows namespaces ("namespaces") and under the
 uid-only layer alone ("uid-only", as on Gradescope's Docker), through AUTOGRADER_NAMESPACES.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -134,3 +135,27 @@ def test_in_a_batch_a_worker_reads_nothing_of_its_classmates(open_folder, mode):
     assert "read 0 secret(s)" in printed
     assert cohort.stat().st_mode & 0o007 == 0  # closed to other users before any worker ran
     assert all(path.stat().st_mode & 0o077 == 0 for path in store.parent.iterdir())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_worker_can_never_gain_privileges(tmp_path, mode):
+    """no_new_privs: a setuid program (one a student planted earlier, say) runs without its owner's uid."""
+    submission = tmp_path / "attention.py"
+    submission.write_text('status = open("/proc/self/status").read()\n'
+                          'raise RuntimeError([line for line in status.splitlines() if line.startswith("NoNewPrivs")])\n',
+                          encoding="utf-8")
+    command, env = grade_command(submission, tmp_path / "out", BASE_UID + 300, mode)
+    subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert "NoNewPrivs:\\t1" in results["tests"][0]["output"]
+
+
+def test_names_that_merely_look_like_sandboxes_are_passed_over(monkeypatch):
+    """A worker may name a folder autograder-¹-x in /tmp: reaping must not stumble on it."""
+    odd = Path(tempfile.gettempdir()) / "autograder-\u00b9-x"
+    odd.mkdir()
+    try:
+        monkeypatch.setattr(sandbox, "_reaped", set())
+        sandbox.reap_orphans(BASE_UID + 400)
+    finally:
+        odd.rmdir()

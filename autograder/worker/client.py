@@ -17,12 +17,13 @@ import sys
 import time
 
 from . import namespaces, procfs, residue, wire
+from ..submission import cell_lines
 from ..text import clean, clean_tree
 from .sandbox import Sandbox, UidUnavailable, harden_grader
 
 POLL_S = 0.05  # how often a wait wakes up to drain output
 RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
-DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files in shared folders are counted
+DISK_CHECK_S = 1.0  # how often, as root, the uid's files and open descriptors are counted (~ms each)
 # Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
 # Failures that are a deadline passing: scored as timeouts, not errors.
 TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
@@ -42,23 +43,25 @@ class SubmissionError(Exception):
     bad_output, contract, timeout, class_budget, submission_budget, crash, memory, disk, processes,
     protocol; and import_timeout, import_crash, import_memory, import_disk, import_processes, import_protocol
     for the same failures while the submission is being imported (before any class is involved).
+    For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
     """
 
-    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None):
+    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None):
         super().__init__(f"{kind}: {message}")
         self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
-        self.cls, self.op, self.limit = cls, op, limit
+        self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
 
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
         return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
-                               cls=self.cls, op=self.op, limit=self.limit)
+                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell)
 
     def as_dict(self):
-        return {
+        found = {
             "kind": self.kind, "message": self.message, "line": self.line,
             "exc_type": self.exc_type, "cls": self.cls, "op": self.op, "limit": self.limit,
         }
+        return found if self.cell is None else {**found, "cell": self.cell}
 
 
 class SubmissionHalted(BaseException):
@@ -95,6 +98,7 @@ class Worker:
     def __init__(self, source_text, limits, uid=None, python=None):
         self.limits = limits
         self.source_text = source_text
+        self.cells = cell_lines(source_text)  # a notebook's map back to the student's cells; None for a .py
         self.uid = uid
         self.python = python or os.environ.get("AUTOGRADER_WORKER_PYTHON") or sys.executable
         self.proc = None
@@ -108,6 +112,7 @@ class Worker:
         self.output_dropped = 0
         self.peak_rss = 0
         self.last_check = self.last_disk_check = 0.0
+        self.held = 0  # bytes in memfds and deleted files the worker keeps open (residue.held_bytes)
         self.layers = []
 
     # ---- public API --------------------------------------------------------------------------
@@ -166,14 +171,20 @@ class Worker:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             kind = error.get("kind") if error.get("kind") in WORKER_KINDS else "exception"
             raise SubmissionError(
-                kind, str(error.get("message", ""))[:500],
-                line=error.get("line") if isinstance(error.get("line"), int) else None,
+                kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
                 exc_type=str(error.get("type") or "")[:80] or None,
                 cls=cls, op=label, limit=self.limits.memory_mib if kind == "memory" else None,
             )
         if not isinstance(reply.get("ok"), dict):
             raise SubmissionError("protocol", "malformed reply", cls=cls, op=label)
         return reply["ok"]
+
+    def _where(self, line):
+        """line= (and cell=, for a notebook) of a line the worker reported in the file it imported."""
+        if not isinstance(line, int):
+            return {"line": None}
+        found = self.cells.locate(line) if self.cells else None
+        return {"line": line} if found is None else {"cell": found[0], "line": found[1]}
 
     def _timed(self, cls, label, step):
         """Run step(deadline) under the tightest of the request's, class's and submission's
@@ -303,8 +314,7 @@ class Worker:
             error = ready["error"] if isinstance(ready["error"], dict) else {}
             kind = "syntax_error" if error.get("type") in ("SyntaxError", "IndentationError", "TabError") else "import_error"
             self.fatal = SubmissionError(
-                kind, str(error.get("message", ""))[:500],
-                line=error.get("line") if isinstance(error.get("line"), int) else None,
+                kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
                 exc_type=str(error.get("type") or "")[:80] or None, op="import",
             )
             self.stop()
@@ -385,20 +395,21 @@ class Worker:
             return
         self.last_check = now
         processes = _worker_processes(self.proc.pid, self.sandbox.uid)
-        rss = sum(size for _, size in processes) + self._memory_outside_processes(processes)
+        if self.sandbox.uid is not None and now - self.last_disk_check >= DISK_CHECK_S:
+            self.last_disk_check = now
+            self.held = residue.held_bytes(pid for pid, _ in processes)
+            if not self.sandbox.isolate and self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
+                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
+        rss = sum(size for _, size in processes) + self._memory_outside_processes(processes) + self.held
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:
             raise SubmissionError("memory", f"{rss >> 20} MiB", limit=self.limits.memory_mib)
-        if self.sandbox.uid is not None and not self.sandbox.isolate and now - self.last_disk_check >= DISK_CHECK_S:
-            self.last_disk_check = now
-            if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
-                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
         if len(processes) > self.limits.processes:
             raise SubmissionError("processes", f"{len(processes)} processes", limit=self.limits.processes)
 
     def _memory_outside_processes(self, processes):
-        """Memory the submission holds that no RSS shows: its scratch tmpfs in namespaces, or
-        else its /dev/shm files and System V segments (as root; nothing is counted otherwise)."""
+        """Memory the submission holds that no RSS shows (besides self.held): its scratch tmpfs
+        in namespaces, or else its /dev/shm files and System V segments (as root only)."""
         if self.sandbox.uid is None:
             return 0
         if self.sandbox.isolate:

@@ -7,8 +7,9 @@ gets, entering them in its forked child before it drops privileges:
 
   pid    its own process tree and a fresh /proc: it cannot see the grader's command line or any
          other process, and when it ends (or the grader dies) the kernel kills all it started
-  mount  a private /tmp, /var/tmp, /dev/shm and sandbox home/tmp, all on one tmpfs of
-         `scratch_mib`: what it writes is bounded, counted as its memory, and gone with it
+  mount  every file system read-only and nosuid but a private /tmp, /var/tmp, /dev/shm and
+         sandbox home/tmp, all on one tmpfs of `scratch_mib`: what it writes is bounded, counted
+         as its memory, and gone with it, whatever world-writable folders the machine has
   ipc    System V objects of its own, capped, destroyed with it
   net    no network interface but a loopback that is down
 
@@ -25,7 +26,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG = 1
 LAYERS = ("pid", "mount", "ipc", "net")
@@ -72,6 +73,21 @@ def _become_pid_one():
 MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # replaced by the scratch space in the worker's view
 
 
+def _read_only_everywhere():
+    """Remount every mount of the new namespace read-only and nosuid (bind remounts: the host's
+    mounts are untouched), so the worker can write nowhere but the mounts made next. Device nodes
+    stay usable (torch reads /dev/urandom): a read-only /dev still lets /dev/null be written."""
+    with open("/proc/self/mountinfo") as handle:
+        points = [line.split()[4] for line in handle]
+    for point in dict.fromkeys(points):
+        point = point.encode().decode("unicode_escape")  # mountinfo writes spaces as \040
+        if point == "/proc" or point.startswith("/proc/"):
+            continue  # replaced by a fresh proc below
+        if _libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None):
+            if point == "/":
+                _check(-1, "remount / read-only")
+
+
 def enter(root, uid, scratch_mib, keep=()):
     """In the worker's forked child, as root: enter new namespaces and lay out the worker's view.
 
@@ -84,6 +100,7 @@ def enter(root, uid, scratch_mib, keep=()):
     _check(_libc.unshare(FLAGS), "unshare")
     _become_pid_one()
     _mount(None, "/", flags=MS_REC | MS_PRIVATE)
+    _read_only_everywhere()
     kept = {path: os.open(path, os.O_PATH) for path in dict.fromkeys([root, *keep])
             if any(path == place or path.startswith(place + "/") for place in MASKED)}
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -126,6 +143,7 @@ def available():
             _check(_libc.unshare(FLAGS), "unshare")
             _become_pid_one()
             _mount(None, "/", flags=MS_REC | MS_PRIVATE)
+            _read_only_everywhere()
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
             os._exit(0)

@@ -1,23 +1,31 @@
 """What a worker uid can leave outside its sandbox folder, counted while it runs and removed after.
 
-Without namespaces (Docker, Gradescope) a worker can write to the machine's shared /tmp,
-/var/tmp and /dev/shm, make System V shared memory, semaphores and message queues, and start
-processes that leave its session. None of that is resident memory of a process it owns, and all
-of it outlives the worker. As root, each worker has a uid of its own, so everything of that uid
-is the worker's: shm_bytes() and disk_bytes() let the client count it against the memory and
-disk limits while the worker runs, and clear() removes it after (and before the uid is used
-again), so nothing passes from one student to the next.
+Without namespaces (Docker, Gradescope) a worker can write to every world-writable folder of the
+machine (/tmp, /var/tmp, /dev/shm, /run/lock...: writable_places() finds them), hold memory in
+memfds and in files it deleted but keeps open, make System V objects, POSIX message queues and
+keys in its uid's kernel keyring, and start processes that leave its session. None of that is
+resident memory of a process it owns, and all of it may outlive the worker. As root, each worker
+has a uid of its own, so everything of that uid is the worker's: shm_bytes(), held_bytes() and
+disk_bytes() let the client count it against the memory and disk limits while the worker runs,
+and clear() removes it after (and before the uid is used again), so nothing passes from one
+student to the next.
 """
 import ctypes
+import functools
 import os
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 from . import procfs
 
-SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
-MAX_ENTRIES = 20000  # counting stops here: a worker that made more has exceeded its disk limit anyway
+# Where a worker can write on any machine, whatever the scan finds.
+KNOWN_PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue")
+SCAN_DEPTH = 3  # folders this deep below / are searched for world-writable ones (~30 ms)
+SCAN_SKIPPED = ("/proc", "/sys", "/usr/lib", "/usr/share", "/usr/include", "/usr/src")
+MAX_ENTRIES = 4096  # files a worker may make: counting stops here and the worker is over its disk limit
+MAX_DEPTH = 64  # folder depth likewise: each check then resolves at most MAX_ENTRIES paths this long
 REMOVE_TIMEOUT_S = 30
 IPC_RMID = 0
 SYSV_COLUMNS = {"shm": ("shmid", "size"), "sem": ("semid", "nsems"), "msg": ("msqid", "cbytes")}
@@ -41,6 +49,32 @@ def sysv_objects(uid, kind):
     return [(int(row[ident]), int(row.get(size, 0))) for row in _sysv_rows(kind) if row.get("uid") == str(uid)]
 
 
+@functools.lru_cache(maxsize=1)
+def writable_places():
+    """The world-writable folders of this machine (the known ones, and any a shallow scan finds),
+    outermost only: the places where a worker uid can leave files outside its sandbox."""
+    found, pending = set(), [("/", 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.path in SCAN_SKIPPED or not entry.is_dir(follow_symlinks=False):
+                            continue
+                        if entry.stat(follow_symlinks=False).st_mode & 0o002:
+                            found.add(entry.path)
+                        elif depth + 1 < SCAN_DEPTH:
+                            pending.append((entry.path, depth + 1))
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    found.update(os.path.realpath(place) for place in KNOWN_PLACES if os.path.isdir(place))
+    return tuple(sorted(place for place in found
+                        if not any(place.startswith(other + "/") for other in found)))
+
+
 def _owners(folders):
     """(path, owner uid) of every top-level entry of `folders`."""
     for folder in folders:
@@ -55,23 +89,25 @@ def _owners(folders):
             continue
 
 
-def owned_entries(uid, folders=SHARED_FOLDERS):
-    """Top-level entries of `folders` owned by `uid` (a worker can make nothing else there)."""
-    return [path for path, owner in _owners(folders) if owner == uid]
+def owned_entries(uid, folders=None):
+    """Top-level entries of `folders` (the writable places) owned by `uid`: a worker can make
+    nothing else there (the sticky bit keeps it from others' entries)."""
+    return [path for path, owner in _owners(writable_places() if folders is None else folders) if owner == uid]
 
 
 def _bytes_below(paths, budget):
-    """Allocated bytes of the trees at `paths` (not following links) and the entries left in budget."""
-    total, stack = 0, list(paths)
+    """Allocated bytes of the trees at `paths` (not following links) and the entries left in
+    budget; a tree deeper than MAX_DEPTH spends the whole budget."""
+    total, stack = 0, [(path, 0) for path in paths]
     while stack and budget > 0:
-        path = stack.pop()
-        budget -= 1
+        path, depth = stack.pop()
+        budget -= 1 if depth <= MAX_DEPTH else budget
         try:
             info = os.lstat(path)
             total += info.st_blocks * 512
             if stat.S_ISDIR(info.st_mode):
                 with os.scandir(path) as entries:
-                    stack += [entry.path for entry in entries]
+                    stack += [(entry.path, depth + 1) for entry in entries]
         except OSError:
             continue
     return total, budget
@@ -84,10 +120,35 @@ def shm_bytes(uid):
 
 
 def disk_bytes(uid, private_folders):
-    """Bytes the uid wrote to the shared temp folders and its sandbox's own folders; a worker with
-    more than MAX_ENTRIES files is counted as over any limit."""
-    total, left = _bytes_below([*owned_entries(uid, ("/tmp", "/var/tmp")), *private_folders], MAX_ENTRIES)
+    """Bytes the uid wrote to the writable places (/dev/shm is memory: see shm_bytes) and its
+    sandbox's own folders; a worker with more than MAX_ENTRIES files, or folders more than
+    MAX_DEPTH deep, is over any limit."""
+    places = [place for place in writable_places() if place != "/dev/shm"]
+    total, left = _bytes_below([*owned_entries(uid, places), *private_folders], MAX_ENTRIES)
     return total if left > 0 else float("inf")
+
+
+def held_bytes(pids):
+    """Bytes in memfds and in deleted files that the processes keep open: memory (or disk) that no
+    RSS and no folder shows. Each file counts once, however many descriptors hold it."""
+    seen, total = set(), 0
+    for pid in pids:
+        try:
+            with os.scandir(f"/proc/{pid}/fd") as descriptors:
+                for descriptor in descriptors:
+                    try:
+                        target = os.readlink(descriptor.path)
+                        if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
+                            continue
+                        info = os.stat(descriptor.path)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                        seen.add((info.st_dev, info.st_ino))
+                        total += info.st_blocks * 512
+        except OSError:
+            continue
+    return total
 
 
 def clear(uid, private_folders=()):
@@ -95,12 +156,36 @@ def clear(uid, private_folders=()):
     given folders), and its System V objects. Call it when no process of the uid runs: removal
     then races with nothing. It never raises, and gives up after REMOVE_TIMEOUT_S."""
     remove([*owned_entries(uid), *private_folders])
+    _clear_message_queues(uid)
     for ident, _ in sysv_objects(uid, "shm"):
         _libc.shmctl(ident, IPC_RMID, None)
     for ident, _ in sysv_objects(uid, "sem"):
         _libc.semctl(ident, 0, IPC_RMID)
     for ident, _ in sysv_objects(uid, "msg"):
         _libc.msgctl(ident, IPC_RMID, None)
+
+
+def _clear_message_queues(uid):
+    """Remove the uid's POSIX message queues. They live in the mqueue file system, which Docker
+    mounts at /dev/mqueue (a writable place, cleared with the others); where it is not mounted, a
+    child mounts it privately to find them."""
+    if os.path.ismount("/dev/mqueue"):
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x00020000) == 0:  # CLONE_NEWNS: the mount stays this child's
+                libc.mount(None, b"/", None, 0x4000 | 0x40000, None)  # MS_REC | MS_PRIVATE
+                folder = tempfile.mkdtemp(prefix="autograder-mqueue-")
+                if libc.mount(b"mqueue", folder.encode(), b"mqueue", 0, None) == 0:
+                    for path in owned_entries(uid, (folder,)):
+                        os.unlink(path)
+                    libc.umount2(folder.encode(), 2)  # MNT_DETACH
+                os.rmdir(folder)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def remove(paths):
@@ -115,9 +200,24 @@ def remove(paths):
         pass
 
 
+def _uids_with_keys():
+    """Uids holding kernel keys beyond their own two keyrings (/proc/key-users: 'uid: usage n/n q/max')."""
+    try:
+        lines = Path("/proc/key-users").read_text().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.replace(":", " ").split()
+        if len(fields) > 3 and int(fields[3].split("/")[0]) > 2:
+            found.add(int(fields[0]))
+    return found
+
+
 def uids_with_residue(first, last):
-    """Uids in [first, last] that own a live process, a file in the shared folders or an IPC object."""
-    owners = {p.uid for p in procfs.processes() if p.state != "Z"}
-    owners.update(owner for _, owner in _owners(SHARED_FOLDERS))
+    """Uids in [first, last] that own a live process, a file in a writable place, an IPC object
+    or a kernel key."""
+    owners = {p.uid for p in procfs.processes() if p.state != "Z"} | _uids_with_keys()
+    owners.update(owner for _, owner in _owners(writable_places()))
     owners.update(int(row.get("uid", -1)) for kind in SYSV_COLUMNS for row in _sysv_rows(kind))
     return {uid for uid in owners if first <= uid <= last}

@@ -16,6 +16,7 @@ forge or exhaust the leases.
 import ctypes
 import fcntl
 import os
+import re
 import resource
 import shutil
 import signal
@@ -29,10 +30,15 @@ from . import namespaces, procfs, residue
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = 7, -4, -5
 DEFAULT_BASE_UID = 61000
 LEASE_SPAN = 1000  # uids tried from the first candidate on
 LEASE_FOLDERS = ("/run/attention-autograder", f"{tempfile.gettempdir()}/attention-autograder-leases")
-KILL_WAIT_S = 2.0  # how long kill_leftovers waits for the uid's processes to be gone
+KILL_WAIT_S = 2.0  # how long kill_uid waits for the uid's processes to be gone
+
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class UidUnavailable(Exception):
@@ -112,8 +118,8 @@ def reap_orphans(first):
         return
     _reaped.add(first)
     last = first + LEASE_SPAN - 1
-    stale = {int(path.name.split("-")[1]) for path in Path(tempfile.gettempdir()).glob("autograder-*-*")
-             if path.name.split("-")[1].isdigit()}
+    stale = {int(match[1]) for path in Path(tempfile.gettempdir()).glob("autograder-*-*")
+             if (match := re.fullmatch(r"autograder-([0-9]{1,9})-.*", path.name))}
     for uid in sorted(residue.uids_with_residue(first, last) | {uid for uid in stale if first <= uid <= last}):
         handle = _try_lease(uid)
         if handle is not None:
@@ -194,7 +200,7 @@ def protect_paths(paths):
 
 def harden_grader():
     """Make the grading process non-dumpable: a same-uid worker cannot ptrace it or read its memory."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def kill_uid(uid):
@@ -202,7 +208,8 @@ def kill_uid(uid):
 
     A helper process takes the uid and sends SIGKILL to everything it may signal, again until
     /proc shows no live process of the uid (zombies are dead already) or KILL_WAIT_S has passed.
-    kill(-1) itself cannot tell: it succeeds whenever any other process exists.
+    kill(-1) itself cannot tell: it succeeds whenever any other process exists. Then, still as
+    the uid, it empties the uid's kernel keyrings, which belong to the uid and outlive processes.
     """
     pid = os.fork()
     if pid == 0:
@@ -216,6 +223,9 @@ def kill_uid(uid):
                 if not any(p.uid == uid and p.pid != me and p.state != "Z" for p in procfs.processes()):
                     break
                 time.sleep(0.01)
+            if SYS_KEYCTL is not None:
+                for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+                    _libc.syscall(SYS_KEYCTL, KEYCTL_CLEAR, keyring)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
@@ -249,6 +259,7 @@ def enter(limits, uid, root, isolate, keep=()):
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid program can give it another uid
     namespaces.die_with_parent()
 
 

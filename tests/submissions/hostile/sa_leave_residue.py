@@ -1,4 +1,4 @@
-"""Hostile submission (sa_leave_residue): correct code that, at import, leaves something of its uid everywhere it can: files in /tmp, /var/tmp, /dev/shm and HOME, System V shared memory, a semaphore and a message queue, and a process that leaves its session (setsid, double fork). It must score exactly as the reference, and nothing of it may outlive grading."""
+"""Hostile submission (sa_leave_residue): correct code that, at import, leaves something of its uid everywhere it can: files in /tmp, /var/tmp, /dev/shm, /run/lock and HOME, a setuid copy of python in /run/lock, System V shared memory, a semaphore and a message queue, a POSIX message queue, a key in its uid's kernel keyring, and a process that leaves its session (setsid, double fork). It must score exactly as the reference, and nothing of it may outlive grading."""
 import math
 from dataclasses import dataclass
 
@@ -101,16 +101,30 @@ def _leave_residue():
     import os
     import subprocess
 
-    for folder in ("/tmp", "/var/tmp", "/dev/shm", os.environ.get("HOME", "/tmp")):
+    import shutil
+    import sys
+
+    for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", os.environ.get("HOME", "/tmp")):
         try:
             with open(os.path.join(folder, "residue-from-a-student"), "wb") as handle:
                 handle.write(b"x" * 4096)
         except OSError:
             pass
+    try:
+        shutil.copy(sys.executable, "/run/lock/.residue-setuid")
+        os.chmod("/run/lock/.residue-setuid", 0o6755)
+    except OSError:
+        pass
     libc = ctypes.CDLL(None, use_errno=True)
     libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
     libc.semget(0, 1, 0o1600)
     libc.msgget(0, 0o1600)
+    try:
+        ctypes.CDLL("librt.so.1").mq_open(b"/residue-from-a-student", os.O_CREAT | os.O_RDWR, 0o600, None)
+    except OSError:
+        pass
+    if os.uname().machine == "x86_64":  # add_key("user", name, data, len, KEY_SPEC_USER_KEYRING)
+        libc.syscall(248, b"user", b"residue-from-a-student", b"secret", 6, ctypes.c_long(-4))
     subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
