@@ -45,7 +45,7 @@ MEMORY_MIB = 1024
 # from 61000 on, so a leftover found here can only be one of ours.
 TEST_BASE_UID = 63000
 ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
-             "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog"}
+             "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -79,9 +79,12 @@ ONE_CLASS = {
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
-# Trees no recursive remover survives: harmless in the namespace's scratch space, over the disk
-# limit in the uid layer alone (which counts files and depth); left behind in neither.
-DEEP_TREES = {"sa_deep_tree"}
+# Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
+# namespace's scratch space, over a limit in the uid layer alone (which counts files and depth,
+# so the import fails with this code); left behind in neither.
+CLEANUP_STRESS = {"sa_deep_tree": "submission.import_disk", "shm_many_names": "submission.import_memory"}
+# Forged replies: refused as the submission's protocol failures, never the grader's error.
+FORGED = {"forged_replies"}
 # Memory outside any process (/dev/shm, System V): counted, or bounded by the scratch space.
 OUTSIDE_PROCESSES = {"sa_shm_hog"}
 # sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
@@ -141,7 +144,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | DEEP_TREES
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -259,7 +262,7 @@ def test_grading_is_bounded_valid_and_leaves_nothing(graded, name):
 
 @pytest.mark.skipif(not IS_ROOT, reason="isolation layers exist only as root")
 def test_the_isolation_layers_are_said(graded):
-    expected = list(sandbox.namespaces.LAYERS) if graded["reference"]["mode"] == "namespaces" else []
+    expected = ["seccomp", *(sandbox.namespaces.LAYERS if graded["reference"]["mode"] == "namespaces" else [])]
     layers = graded["reference"]["isolation"]
     assert layers[0].startswith("uid ") and layers[1:] == expected
     assert graded["reference"]["results"]["extra_data"]["isolation"] == layers
@@ -358,13 +361,19 @@ def test_memory_outside_processes_is_counted_or_bounded(graded):
             assert all(o.status == "passed" for o in outcomes), cls
 
 
-@pytest.mark.skipif(not IS_ROOT, reason="the trees are made where only a uid of its own is cleaned")
-def test_deep_trees_are_contained(graded):
-    report = graded["sa_deep_tree"]
+@pytest.mark.skipif(not IS_ROOT, reason="the files are made where only a uid of its own is cleaned")
+@pytest.mark.parametrize("name", sorted(CLEANUP_STRESS))
+def test_what_defeats_a_single_remover_is_contained(graded, name):
+    report = graded[name]
     if report["mode"] == "namespaces":
         assert statuses(report) == statuses(graded["reference"])
     else:
-        assert {o.code for o in report["outcomes"]} == {"submission.import_disk"}
+        assert {o.code for o in report["outcomes"]} == {CLEANUP_STRESS[name]}
+
+
+def test_forged_replies_are_the_submissions_protocol_failures(graded):
+    failed = {o.code for o in graded["forged_replies"]["outcomes"] if o.status != "passed"}
+    assert failed == {"submission.protocol"}
 
 
 def test_the_reference_scores_are_not_all_alike(graded):

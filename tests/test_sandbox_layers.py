@@ -150,6 +150,19 @@ def test_a_worker_can_never_gain_privileges(tmp_path, mode):
     assert "NoNewPrivs:\\t1" in results["tests"][0]["output"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_worker_cannot_make_namespaces_of_its_own(tmp_path, mode):
+    """In a user namespace of its own a worker could mount tmpfs that no memory count sees."""
+    submission = tmp_path / "attention.py"
+    submission.write_text("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                          "result = libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno()\n"
+                          "raise RuntimeError(f'unshare: {result}')\n", encoding="utf-8")
+    command, env = grade_command(submission, tmp_path / "out", BASE_UID + 500, mode)
+    subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert "unshare: (-1, 1)" in results["tests"][0]["output"]  # EPERM
+
+
 def test_names_that_merely_look_like_sandboxes_are_passed_over(monkeypatch):
     """A worker may name a folder autograder-¹-x in /tmp: reaping must not stumble on it."""
     odd = Path(tempfile.gettempdir()) / "autograder-\u00b9-x"

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..worker import parameters
-from ..worker.client import SubmissionError, SubmissionHalted
+from ..worker.client import SubmissionError
 from .failures import PropertyFailure, as_array
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
@@ -22,29 +22,6 @@ CONTRACT_LAYERS = {
     "MultiHeadAttention": ("W_Q", "W_K", "W_V", "W_O"),
     "CausalSelfAttention": ("qkv", "proj"),
 }
-
-
-def _malformed(cls, op, what):
-    """A reply that honest worker code never sends: the submission tampered with the worker."""
-    return SubmissionHalted(SubmissionError("protocol", f"malformed {what}", cls=cls, op=op))
-
-
-def _is_shape(value):
-    return isinstance(value, list) and len(value) <= 8 and all(type(d) is int and d >= 0 for d in value)
-
-
-def _valid_reply(raw):
-    """Whether a call's reply has the types the checks read (arrays are checked by as_array)."""
-    grads = raw.get("grads", {})
-    return (isinstance(raw.get("outputs", []), list) and type(raw.get("sdpa_calls", 0)) is int
-            and isinstance(grads, dict) and all(g is None or isinstance(g, np.ndarray) for g in grads.values()))
-
-
-def _valid_description(raw):
-    """Whether describe's reply has the types mask_buffer and parameter_count read."""
-    buffers, linear_bias = raw.get("buffers"), raw.get("linear_bias")
-    return (isinstance(buffers, dict) and isinstance(raw.get("state_dict"), list) and isinstance(linear_bias, dict)
-            and all(isinstance(b, dict) and _is_shape(b.get("shape")) for b in buffers.values()))
 
 
 class Reply:
@@ -97,11 +74,10 @@ class Remote:
         return [_answer(answer) for answer in answers]
 
     def _built(self, info):
-        """Take the build's reply: parameter shapes are checked before anything is drawn for them."""
+        """Take the build's reply (its form checked by worker/protocol.py): the parameters' total
+        size is bounded before anything is drawn for them."""
         self._pending_build = None
-        params = info.get("params")
-        if not isinstance(params, dict) or not all(_is_shape(shape) for shape in params.values()):
-            raise _malformed(self.cls, "__init__", "parameter shapes")
+        params = info["params"]
         count = sum(math.prod(shape) for shape in params.values())
         if count > MAX_PARAMETER_ELEMENTS:
             raise PropertyFailure("too_many_parameters", count=count, limit=MAX_PARAMETER_ELEMENTS)
@@ -124,10 +100,7 @@ class Remote:
 
     def _describe(self, key):
         if self._description is None:
-            description, = self._send(("describe", {"handle": self.handle}))
-            if not _valid_description(description):
-                raise _malformed(self.cls, "describe", "module description")
-            self._description = description
+            self._description, = self._send(("describe", {"handle": self.handle}))
         return self._description[key]
 
     @property
@@ -142,19 +115,27 @@ class Remote:
     def linear_bias(self):
         return self._describe("linear_bias")
 
-    def run(self, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
-            device="cpu", **kwargs):
-        raw, = self._send(("call", {
-            "handle": self.handle, "method": method, "args": list(args), "kwargs": kwargs,
-            "train": train, "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device,
-        }))
-        if not _valid_reply(raw):
-            raise _malformed(self.cls, method, "reply")
-        return Reply(raw)
+    def run(self, *args, **options):
+        reply, = self.runs((args, options))
+        return reply
+
+    def runs(self, *calls):
+        """Several run(*args, **options) calls, given as (args, options) pairs, sent in one exchange
+        with the worker (one round trip instead of one each); their Replies, in order. A failure
+        is raised as run would raise it, the first failing call's first."""
+        return [Reply(raw) for raw in self._send(*(("call", _call(self.handle, *args, **options))
+                                                   for args, options in calls))]
 
     @property
     def parameter_count(self):
         return int(sum(np.prod(s, dtype=np.int64) for s in self.param_shapes.values()))
+
+
+def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
+          device="cpu", **kwargs):
+    """A call request: run `method` of module `handle` with these inputs and switches."""
+    return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
+            "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from . import namespaces, procfs, residue, wire
+from . import namespaces, procfs, protocol, residue, wire
 from ..submission import cell_lines
 from ..text import clean, clean_tree
 from .sandbox import Sandbox, UidUnavailable, harden_grader
@@ -103,7 +103,6 @@ class Worker:
         self.python = python or os.environ.get("AUTOGRADER_WORKER_PYTHON") or sys.executable
         self.proc = None
         self.sandbox = None
-        self.classes = None
         self.fatal = None
         self.dead = {}
         self.spent = {}
@@ -112,7 +111,7 @@ class Worker:
         self.output_dropped = 0
         self.peak_rss = 0
         self.last_check = self.last_disk_check = 0.0
-        self.held = 0  # bytes in memfds and deleted files the worker keeps open (residue.held_bytes)
+        self.held = 0  # bytes outside RSS counted once a second: held_bytes, and shm_bytes without namespaces
         self.layers = []
 
     # ---- public API --------------------------------------------------------------------------
@@ -175,8 +174,10 @@ class Worker:
                 exc_type=str(error.get("type") or "")[:80] or None,
                 cls=cls, op=label, limit=self.limits.memory_mib if kind == "memory" else None,
             )
-        if not isinstance(reply.get("ok"), dict):
-            raise SubmissionError("protocol", "malformed reply", cls=cls, op=label)
+        try:
+            protocol.check(op, reply.get("ok"))
+        except protocol.MalformedReply:
+            raise SubmissionError("protocol", f"malformed {op} reply", cls=cls, op=label) from None
         return reply["ok"]
 
     def _where(self, line):
@@ -319,8 +320,13 @@ class Worker:
             )
             self.stop()
         else:
+            try:
+                protocol.check("ready", ready.get("ok"))
+            except protocol.MalformedReply:
+                self.fatal = SubmissionError("import_protocol", "malformed ready reply", op="import")
+                self.stop()
+                return
             self.ready = True
-            self.classes = ready.get("ok", {}).get("classes", [])
 
     def _send(self, frame, deadline):
         view = memoryview(frame)
@@ -398,23 +404,24 @@ class Worker:
         if self.sandbox.uid is not None and now - self.last_disk_check >= DISK_CHECK_S:
             self.last_disk_check = now
             self.held = residue.held_bytes(pid for pid, _ in processes)
-            if not self.sandbox.isolate and self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
-                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
+            if not self.sandbox.isolate:  # in namespaces, the scratch tmpfs bounds and counts these
+                self.held += residue.shm_bytes(self.sandbox.uid)
+                if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
+                    raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
         rss = sum(size for _, size in processes) + self._memory_outside_processes(processes) + self.held
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:
-            raise SubmissionError("memory", f"{rss >> 20} MiB", limit=self.limits.memory_mib)
+            shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if self.held >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
+            raise SubmissionError("memory", shown, limit=self.limits.memory_mib)
         if len(processes) > self.limits.processes:
             raise SubmissionError("processes", f"{len(processes)} processes", limit=self.limits.processes)
 
     def _memory_outside_processes(self, processes):
-        """Memory the submission holds that no RSS shows (besides self.held): its scratch tmpfs
-        in namespaces, or else its /dev/shm files and System V segments (as root only)."""
-        if self.sandbox.uid is None:
-            return 0
-        if self.sandbox.isolate:
-            return namespaces.scratch_used(processes[0][0]) if processes else 0
-        return residue.shm_bytes(self.sandbox.uid)
+        """Memory the submission holds that no RSS shows, besides self.held: its scratch tmpfs
+        in namespaces (one statfs, cheap enough for every check)."""
+        if self.sandbox.isolate and processes:
+            return namespaces.scratch_used(processes[0][0])
+        return 0
 
     def _crash(self):
         try:

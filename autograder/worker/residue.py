@@ -16,6 +16,7 @@ import os
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from . import procfs
@@ -26,7 +27,9 @@ SCAN_DEPTH = 3  # folders this deep below / are searched for world-writable ones
 SCAN_SKIPPED = ("/proc", "/sys", "/usr/lib", "/usr/share", "/usr/include", "/usr/src")
 MAX_ENTRIES = 4096  # files a worker may make: counting stops here and the worker is over its disk limit
 MAX_DEPTH = 64  # folder depth likewise: each check then resolves at most MAX_ENTRIES paths this long
+OVER_ANY_LIMIT = 1 << 50  # the bytes reported for a worker past MAX_ENTRIES or MAX_DEPTH
 REMOVE_TIMEOUT_S = 30
+REMOVE_BATCH = 256  # paths per rm: PATH_MAX each stays far below the kernel's argument limit
 IPC_RMID = 0
 SYSV_COLUMNS = {"shm": ("shmid", "size"), "sem": ("semid", "nsems"), "msg": ("msqid", "cbytes")}
 
@@ -114,9 +117,10 @@ def _bytes_below(paths, budget):
 
 
 def shm_bytes(uid):
-    """Shared memory the uid holds outside any process's RSS: /dev/shm files and SysV segments."""
-    files, _ = _bytes_below(owned_entries(uid, ("/dev/shm",)), MAX_ENTRIES)
-    return files + sum(size for _, size in sysv_objects(uid, "shm"))
+    """Shared memory the uid holds outside any process's RSS: /dev/shm files and SysV segments;
+    more than MAX_ENTRIES files there is over any limit."""
+    files, left = _bytes_below(owned_entries(uid, ("/dev/shm",)), MAX_ENTRIES)
+    return files + sum(size for _, size in sysv_objects(uid, "shm")) if left > 0 else OVER_ANY_LIMIT
 
 
 def disk_bytes(uid, private_folders):
@@ -125,7 +129,7 @@ def disk_bytes(uid, private_folders):
     MAX_DEPTH deep, is over any limit."""
     places = [place for place in writable_places() if place != "/dev/shm"]
     total, left = _bytes_below([*owned_entries(uid, places), *private_folders], MAX_ENTRIES)
-    return total if left > 0 else float("inf")
+    return total if left > 0 else OVER_ANY_LIMIT
 
 
 def held_bytes(pids):
@@ -190,14 +194,17 @@ def _clear_message_queues(uid):
 
 def remove(paths):
     """rm -rf the given trees, whatever their depth, entries or names, without following links or
-    leaving the file system; never raises, and gives up after REMOVE_TIMEOUT_S."""
-    if not paths:
-        return
-    try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", *map(str, paths)], timeout=REMOVE_TIMEOUT_S,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    leaving the file system, REMOVE_BATCH paths at a time; never raises, and gives up after
+    REMOVE_TIMEOUT_S in all (the caller checks what is left)."""
+    paths = [str(path) for path in paths]
+    deadline = time.monotonic() + REMOVE_TIMEOUT_S
+    for start in range(0, len(paths), REMOVE_BATCH):
+        try:
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", *paths[start:start + REMOVE_BATCH]],
+                           timeout=max(deadline - time.monotonic(), 0.1), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return
 
 
 def _uids_with_keys():

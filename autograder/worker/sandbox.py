@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import namespaces, procfs, residue
+from . import namespaces, procfs, residue, seccomp
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
 PR_SET_DUMPABLE = 4
@@ -96,17 +96,24 @@ class Lease:
 
 
 def lease_uid(first):
-    """Reserve a uid for one worker: (uid, lease); closing the lease frees the uid.
+    """Reserve a clean uid for one worker: (uid, lease); closing the lease frees the uid.
 
-    The first lease taken in a process also clears what killed graders left behind: every uid of
-    the range that owns processes, files or IPC objects but is leased by nobody.
+    A leased uid is cleared (its processes, files, IPC objects, keys and old sandbox folders)
+    and used only if nothing of it is left: a uid that a student's leftovers survived is passed
+    over, so they can never reach the next student. The first lease taken in a process also
+    clears every unleased uid of the range that owns anything (what killed graders left).
     """
     reap_orphans(first)
     for uid in range(first, first + LEASE_SPAN):
         handle = _try_lease(uid)
-        if handle is not None:
+        if handle is None:
+            continue
+        kill_uid(uid)
+        residue.clear(uid, stale_sandboxes(uid))
+        if not residue.uids_with_residue(uid, uid) and not stale_sandboxes(uid):
             return uid, Lease(handle)
-    raise UidUnavailable(f"uids {first}..{first + LEASE_SPAN - 1} are all in use by other graders")
+        os.close(handle)
+    raise UidUnavailable(f"uids {first}..{first + LEASE_SPAN - 1} are all in use by other graders or not clean")
 
 
 _reaped = set()
@@ -260,14 +267,15 @@ def enter(limits, uid, root, isolate, keep=()):
     os.setgid(uid)
     os.setuid(uid)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid program can give it another uid
+    if seccomp.ARCHITECTURES.get(os.uname().machine) and not seccomp.forbid_new_namespaces():
+        raise OSError("the system call filter could not be installed")
     namespaces.die_with_parent()
 
 
 class Sandbox:
     """A fresh folder tree for one worker: submission/, home/, tmp/ and the worker's code.
 
-    With a uid (root only), the sandbox leases the first free uid from there on and clears
-    whatever is still left under it before using it. Modes: the root is 0711 (enter, not list);
+    With a uid (root only), the sandbox leases the first free and clean uid from there on. Modes: the root is 0711 (enter, not list);
     submission/ is root's, readable by the worker's group alone; home/ and tmp/ are the worker's
     own (0700); the worker's code is public. Another worker, of another uid, can open none of it.
     """
@@ -277,8 +285,6 @@ class Sandbox:
         self.keep = interpreter_folders(python)
         self.uid, self.lease = lease_uid(uid) if uid is not None else (None, None)
         self.isolate = self.uid is not None and namespaces.available()
-        if self.uid is not None:
-            self.clear(*stale_sandboxes(self.uid))
         self.root = Path(tempfile.mkdtemp(prefix=f"autograder-{self.uid}-" if self.uid is not None else "autograder-"))
         self.workdir = self.root / "submission"
         self.home = self.root / "home"
@@ -306,7 +312,8 @@ class Sandbox:
         """The isolation layers a worker of this sandbox runs under, for the record."""
         if self.uid is None:
             return []
-        return [f"uid {self.uid}", *(namespaces.LAYERS if self.isolate else ())]
+        filtered = ["seccomp"] if seccomp.ARCHITECTURES.get(os.uname().machine) else []
+        return [f"uid {self.uid}", *filtered, *(namespaces.LAYERS if self.isolate else ())]
 
     def env(self):
         return {

@@ -1,0 +1,82 @@
+"""What each of the worker's replies must look like, checked as it arrives in the grader.
+
+child.py answers five operations. A submission can rewrite the worker in memory and send anything
+in their place, so each reply is checked here, by operation, before any property reads it: types,
+keys, and sizes bounded like the wire's. A reply that does not fit is a protocol failure of the
+submission (client.SubmissionError "protocol"), never an exception inside the grader, which would
+be reported as the grading machine's fault.
+
+  ready     {"classes": [str]}                       after importing the submission
+  build     {"params": {name: shape}}                the module's parameters
+  describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
+             "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool}}
+  call      {"outputs": [array | {"meta_shape": shape}], "sdpa_calls": int,
+             "grads": {name: array | None} (with grad=True)}
+  probe     {"cuda": bool}
+"""
+import numpy as np
+
+from .wire import MAX_DIMENSIONS, MAX_FRAME_BYTES
+
+
+class MalformedReply(ValueError):
+    """A reply that honest worker code never sends."""
+
+
+def _require(condition):
+    if not condition:
+        raise MalformedReply
+
+
+def _is_shape(value):
+    return (isinstance(value, list) and len(value) <= MAX_DIMENSIONS
+            and all(type(d) is int and 0 <= d <= MAX_FRAME_BYTES for d in value))
+
+
+def _names(mapping, value_check):
+    _require(isinstance(mapping, dict) and all(isinstance(k, str) and value_check(v) for k, v in mapping.items()))
+
+
+def _array_or_none(value):
+    return value is None or isinstance(value, np.ndarray)
+
+
+def _buffer(value):
+    return (isinstance(value, dict) and _is_shape(value.get("shape")) and isinstance(value.get("dtype"), str)
+            and type(value.get("persistent")) is bool and _array_or_none(value.get("values")))
+
+
+def _output(value):
+    return isinstance(value, np.ndarray) or (isinstance(value, dict) and set(value) == {"meta_shape"}
+                                              and _is_shape(value["meta_shape"]))
+
+
+def _ready(reply):
+    _require(isinstance(reply.get("classes"), list) and all(isinstance(c, str) for c in reply["classes"]))
+
+
+def _build(reply):
+    _names(reply.get("params"), _is_shape)
+
+
+def _describe(reply):
+    _names(reply.get("buffers"), _buffer)
+    _require(isinstance(reply.get("state_dict"), list) and all(isinstance(k, str) for k in reply["state_dict"]))
+    _names(reply.get("linear_bias"), lambda v: type(v) is bool)
+
+
+def _call(reply):
+    _require(isinstance(reply.get("outputs"), list) and all(_output(o) for o in reply["outputs"]))
+    _require(type(reply.get("sdpa_calls")) is int and reply["sdpa_calls"] >= 0)
+    if "grads" in reply:
+        _names(reply["grads"], _array_or_none)
+
+
+CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": lambda r: _require(
+    type(r.get("cuda")) is bool)}
+
+
+def check(op, reply):
+    """Raise MalformedReply unless `reply` (the "ok" part) fits operation `op`."""
+    _require(isinstance(reply, dict))
+    CHECKS[op](reply)
