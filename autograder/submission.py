@@ -21,16 +21,21 @@ any depth, any member of a zip): as root, following one would grade another stud
 the solution.
 """
 import ast
+import bisect
+import builtins
 import errno
 import json
 import os
+import re
 import stat
 import struct
+import symtable
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .config import CLASSES
 from .text import clean
 
 MAX_BYTES = 2 << 20
@@ -75,6 +80,11 @@ def _shown(value):
 class Submission:
     source: str
     filename: str
+
+    @property
+    def line_map(self):
+        """For a notebook, the CellLines taking a line of `source` to the student's cell and line; else None."""
+        return cell_lines(self.source)
 
 
 def load(path):
@@ -241,45 +251,301 @@ def _decode(data, name):
     return notebook_source(text, name) if name.endswith(".ipynb") else text
 
 
-KEPT_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# ---- notebooks ---------------------------------------------------------------------------------
+#
+# A notebook is graded as the module its code cells make when run from the top, keeping only what
+# the graded classes need, so that its training loops, plots, installs and Colab helpers never run
+# and cost nothing (notebook_source says what is kept). The module ends with one comment line,
+# LINES_MARKER and a JSON list, mapping its lines back to the student's cells; it travels with the
+# source wherever the source goes (a batch writes it to attention.py and loads it again), and the
+# grader reads it back with cell_lines() to report "code cell N, line M".
+
+ASKED = (*CLASSES, "Cfg")  # what the statement asks a notebook to define
+PYTHON_CELL_MAGICS = ("capture", "time", "prun")  # their cell runs in the kernel as Python
+WRITEFILE_MAGICS = ("writefile", "file")
+LINES_MARKER = "# autograder: the notebook cells of the lines above: "
+_BUILTINS = frozenset(dir(builtins))
+_ASSIGN_FROM_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[!%]")  # files = !ls
+_HELP = re.compile(r"\s*(?:\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*")  # obj? and ??obj
+_MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
+_IMPORTS = (ast.Import, ast.ImportFrom)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Try,
+               *(getattr(ast, name) for name in ("TryStar", "TypeAlias") if hasattr(ast, name)))
+_SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _is_constant_assignment(node):
-    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-        return False
-    try:
-        ast.literal_eval(node.value)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
+class _Statement:
+    """One top-level statement of a cell that could be kept: where its text is and what it binds.
+
+    Its text is decoded only when needed: a notebook may hold thousands of statements nothing uses.
+    """
+
+    __slots__ = ("data", "start", "end", "cell", "line", "kind", "binds")
+
+    def __init__(self, data, start, end, cell, line, kind, binds):
+        self.data, self.start, self.end = data, start, end
+        self.cell, self.line, self.kind, self.binds = cell, line, kind, binds
+
+    @property
+    def text(self):
+        return self.data[self.start:self.end].decode()
 
 
 def notebook_source(text, name="notebook.ipynb"):
-    """The definitions of a notebook's code cells, as one module.
+    """The module made of a notebook's code cells, in their order, keeping what the graded classes need.
 
-    Magics and shell lines are dropped; of the top-level code only imports, functions, classes
-    and constant assignments are kept, so cells that train, plot or print are never run.
+    - A cell that starts with a cell magic is dropped whole (%%bash, %%html, %%timeit, %%writefile
+      of another file...), except %%capture, %%time and %%prun, whose body the kernel runs as
+      Python, and %%writefile attention.py, whose body is the submission itself: their magic
+      line alone is dropped. Markdown and raw cells never count.
+    - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
+    - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
+      then, transitively, every import, definition and assignment (also `if`/`try` blocks) that
+      binds a name kept code uses: in class and function bodies, default arguments, decorators,
+      base classes, or another kept assignment. A star import is kept when some used name is
+      bound nowhere else. Nothing else runs: loops, prints, plots, calls, unused imports
+      (tqdm, google.colab...), unused functions, classes and constants, anything calling
+      get_ipython(). `from __future__` imports are kept, first.
+
+    Each kept statement is its original text; every line of the module maps to one line of one
+    code cell, counted as Jupyter does (cells from 1, code cells only; lines from 1, the magic
+    line included). A cell that does not parse is returned alone, so that the worker reports its
+    syntax error at the student's own line.
     """
-    lines = [line for src in _code_cells(text, name) for line in src.splitlines()
-             if not line.lstrip().startswith(("%", "!"))]
-    code = "\n".join(lines) + "\n"
-    if "\0" in code:  # ast refuses it, as a ValueError or a SyntaxError depending on the Python
-        raise SubmissionUnreadable("null_bytes", file=name)
-    try:
-        size = len(code.encode())
-    except UnicodeEncodeError:  # a lone surrogate, written in the JSON as an escape like "\ud800"
-        raise SubmissionUnreadable("not_utf8", file=name) from None
+    cells = [_cell_python(source) for source in _code_cells(text, name)]
+    size = 0
+    for code, _ in cells:
+        if "\0" in code:  # ast refuses it, as a ValueError or a SyntaxError depending on the Python
+            raise SubmissionUnreadable("null_bytes", file=name)
+        try:
+            size += len(code.encode()) + 1
+        except UnicodeEncodeError:  # a lone surrogate, written in the JSON as an escape like "\ud800"
+            raise SubmissionUnreadable("not_utf8", file=name) from None
     if size > MAX_NOTEBOOK_CODE:
         raise SubmissionUnreadable("notebook_code_too_large", file=name, limit_kib=MAX_NOTEBOOK_CODE >> 10)
+    statements = []
+    for number, (code, with_pass) in enumerate(cells, 1):
+        try:
+            try:
+                tree = ast.parse(code)
+            except SyntaxError:
+                if with_pass is None:
+                    raise
+                tree, code = ast.parse(with_pass), with_pass
+        except SyntaxError:
+            return _module([(code, number, 1)])  # the worker reports the syntax error with its line
+        except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
+            raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
+        statements += _statements(tree, code, number)
+        del tree
     try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return code  # the worker reports the syntax error with its line
-    except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
+        kept = _needed(statements)
+    except (MemoryError, RecursionError) as exc:
         raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
-    kept = [node for node in tree.body if isinstance(node, KEPT_STATEMENTS) or _is_constant_assignment(node)]
-    segment = _segmenter(code)
-    return "\n\n".join(segment(node) for node in kept) + "\n"
+    return _module([(s.text, s.cell, s.line) for s in kept])
+
+
+def _cell_python(source):
+    """(Python, Python with `pass`) of a code cell, as many lines as the cell has: its IPython lines
+    blank in the first, and in the second, when there is an indented one after some code, that one
+    a `pass` (`if IN_COLAB:` over `    !pip install ...` needs a statement). ("", None) for a cell
+    dropped whole."""
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    if not _MAYBE_IPYTHON.search(source):
+        return source, None
+    lines = source.split("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].startswith("%%"):  # IPython: the first line, leading blanks skipped
+        words = lines[first][2:].split()
+        magic = words[0] if words else ""
+        if not (magic in PYTHON_CELL_MAGICS or magic in WRITEFILE_MAGICS and len(words) > 1
+                and PurePosixPath(words[-1].strip("'\"")).name == "attention.py"):
+            return "", None
+        lines[first] = ""
+    blank, with_pass, code_seen = [], [], False
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line):
+            indent = line[:len(line) - len(stripped)]
+            blank.append("")
+            with_pass.append(indent + "pass" if indent and code_seen else "")
+        else:
+            code_seen = code_seen or bool(stripped)
+            blank.append(line)
+            with_pass.append(line)
+    return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None)
+
+
+def _statements(tree, code, cell):
+    """The top-level statements of a parsed cell that could be kept, with their text and names."""
+    data = code.encode()  # ast's offsets count UTF-8 bytes; the cell's only line break is "\n"
+    starts = [0]
+    for line in data.split(b"\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    found = []
+    for node in tree.body:
+        if isinstance(node, _IMPORTS):
+            names = [alias.asname or _top(alias.name) for alias in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
+                kind = "future"
+            else:
+                kind = "star" if names == ["*"] else "import"
+        elif isinstance(node, _DEFINITIONS):
+            kind, names = "definition", (node.name,)
+        elif isinstance(node, _STATEMENTS):
+            kind, names = "statement", _bound(node)
+        else:
+            continue
+        decorators = getattr(node, "decorator_list", None)
+        if decorators:  # a decorated definition starts at its first decorator's line
+            line = decorators[0].lineno
+            start = starts[line - 1]
+        else:
+            line = node.lineno
+            start = starts[line - 1] + node.col_offset
+        end = starts[node.end_lineno - 1] + node.end_col_offset
+        found.append(_Statement(data, start, end, cell, line, kind, names))
+    return found
+
+
+def _top(module):
+    """The name `import module` binds: its first part."""
+    return module.partition(".")[0] if "." in module else module
+
+
+def _bound(node):
+    """The module-level names a statement binds, or changes through an attribute or item
+    (`cfg.n_embd = 64` changes cfg); nested function and class bodies are not walked."""
+    names, pending = set(), [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _SCOPES):  # a def or class binds its name; its body runs later, if ever
+            if isinstance(item, _DEFINITIONS):
+                names.add(item.name)
+            continue
+        if isinstance(item, _IMPORTS):
+            names.update(alias.asname or _top(alias.name) for alias in item.names)
+        elif isinstance(item, ast.Name) and not isinstance(item.ctx, ast.Load):
+            names.add(item.id)
+        elif isinstance(item, ast.ExceptHandler) and item.name:
+            names.add(item.name)
+        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = list(getattr(item, "targets", None) or [item.target])
+            while targets:
+                target = targets.pop()
+                if isinstance(target, (ast.Tuple, ast.List)):
+                    targets += target.elts
+                    continue
+                while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
+                    target = target.value
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+        pending.extend(ast.iter_child_nodes(item))
+    return names
+
+
+def _uses(statement):
+    """The module-level names a statement's code reads, at once or when its functions run; None
+    if Python's symbol table refuses it (the worker reports that, if the statement is kept)."""
+    if statement.kind != "definition" and statement.kind != "statement":
+        return ()
+    try:
+        top = symtable.symtable(statement.text, "cell", "exec")
+    except SyntaxError:
+        return None
+    names, pending = set(), [top]
+    while pending:
+        table = pending.pop()
+        names |= {symbol.get_name() for symbol in table.get_symbols()
+                  if symbol.is_referenced() and (table is top or symbol.is_global())}
+        pending += table.get_children()
+    return names
+
+
+def _needed(statements):
+    """The statements to keep, in order: what binds ASKED, then what binds any name kept code uses."""
+    binders = {}
+    for index, statement in enumerate(statements):
+        if statement.kind != "star":
+            for bound in statement.binds:
+                binders.setdefault(bound, []).append(index)
+    state = [None] * len(statements)  # True kept, False refused, None not needed (yet)
+    needed, pending = set(), list(reversed(ASKED))
+    while pending:
+        used = pending.pop()
+        if used in needed:
+            continue
+        needed.add(used)
+        for index in binders.get(used, ()):
+            if state[index] is not None:
+                continue
+            statement = statements[index]
+            uses = _uses(statement)
+            state[index] = statement.kind == "definition" or uses is not None and "get_ipython" not in uses
+            if state[index]:
+                pending += uses or ()
+    unresolved = any(name not in binders and name not in ASKED and name not in _BUILTINS
+                     and not name.startswith("__") for name in needed)
+    for index, statement in enumerate(statements):
+        if statement.kind == "future" or statement.kind == "star" and unresolved:
+            state[index] = True
+    futures = [s for s, keep in zip(statements, state) if keep and s.kind == "future"]
+    return futures + [s for s, keep in zip(statements, state) if keep and s.kind != "future"]
+
+
+def _module(pieces):
+    """Join (text, cell, first line) pieces and end with the line map. Pieces on consecutive
+    lines of one cell stay on consecutive lines; any others are a blank line apart.
+
+    The map is a list of runs [module line, cell, line in the cell, line count]: consecutive
+    pieces of one cell whose spacing the module keeps share a run.
+    """
+    body, runs, line = [], [], 1
+    for text, cell, first in pieces:
+        count = text.count("\n") + 1
+        last = runs[-1] if runs else None
+        if last and last[1] == cell and first == last[2] + last[3]:
+            last[3] += count
+        else:
+            if body:
+                body.append("\n")
+                line += 1
+            runs.append([line, cell, first, count])
+        body += [text, "\n"]
+        line += count
+    return "".join(body) + LINES_MARKER + json.dumps(runs, separators=(",", ":")) + "\n"
+
+
+class CellLines:
+    """The line map of a notebook's module: which code cell, and which line of it, a line is."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self.firsts = [run[0] for run in runs]
+
+    def locate(self, line):
+        """(cell, line within the cell) of the module's line `line`, or None if no cell holds it."""
+        index = bisect.bisect_right(self.firsts, line) - 1
+        if index < 0:
+            return None
+        first, cell, cell_line, count = self.runs[index]
+        return (cell, cell_line + line - first) if line < first + count else None
+
+
+def cell_lines(source):
+    """The CellLines of a module made by notebook_source, or None (a .py, or a map that is not ours)."""
+    start = source.rfind("\n", 0, len(source) - 1) + 1
+    if not source.startswith(LINES_MARKER, start):
+        return None
+    try:
+        runs = json.loads(source[start + len(LINES_MARKER):])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(runs, list) or not all(
+            isinstance(run, list) and len(run) == 4 and all(type(value) is int for value in run) for run in runs):
+        return None
+    return CellLines(runs)
 
 
 def _code_cells(text, name):
@@ -306,24 +572,3 @@ def _code_cells(text, name):
             raise SubmissionUnreadable("bad_notebook", file=name)
         sources.append(source)
     return sources
-
-
-def _segmenter(code):
-    """A function giving a top-level statement's source with its decorators (ast's segment starts
-    after them), in time linear in the code: ast.get_source_segment splits all of it on every call.
-
-    `code` holds no line break but "\\n" (it was split with splitlines and joined with "\\n"), and
-    ast's offsets count UTF-8 bytes, so a statement is one slice of the encoded code.
-    """
-    data = code.encode()
-    starts = [0]
-    for line in data.split(b"\n"):
-        starts.append(starts[-1] + len(line) + 1)
-
-    def text(node):
-        return data[starts[node.lineno - 1] + node.col_offset:starts[node.end_lineno - 1] + node.end_col_offset].decode()
-
-    def segment(node):
-        return "".join(f"@{text(d)}\n" for d in getattr(node, "decorator_list", ())) + text(node)
-
-    return segment

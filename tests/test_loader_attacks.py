@@ -48,8 +48,13 @@ def refused(path):
     return caught.value
 
 
-def bounded(function, seconds=1.0, mebibytes=1.0):
-    """function()'s result, asserting it took under `seconds` and allocated under `mebibytes` at peak."""
+# A hang detector, not a performance figure (the unbounded code took minutes to hours): the real
+# bound is the memory one, which does not depend on how loaded the machine is.
+HANG_S = 30
+
+
+def bounded(function, mebibytes=1.0):
+    """function()'s result, asserting it allocated under `mebibytes` at peak and did not hang."""
     tracemalloc.start()
     started = time.monotonic()
     try:
@@ -58,13 +63,13 @@ def bounded(function, seconds=1.0, mebibytes=1.0):
         elapsed = time.monotonic() - started
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    assert elapsed < seconds, f"{elapsed:.2f} s"
+    assert elapsed < HANG_S, f"{elapsed:.2f} s"
     assert peak < mebibytes * 2**20, f"{peak / 2**20:.1f} MiB"
     return result
 
 
-def refused_within(path, seconds=1.0, mebibytes=1.0):
-    return bounded(lambda: refused(path), seconds, mebibytes)
+def refused_within(path, mebibytes=1.0):
+    return bounded(lambda: refused(path), mebibytes)
 
 
 def write(path, content):
@@ -286,7 +291,7 @@ def test_an_encrypted_member_is_refused(tmp_path):
 
 def test_a_large_member_is_read_only_up_to_the_limit(tmp_path):
     archive = write(tmp_path / "entrega.zip", zip_bytes({"attention.py": b"#" * (4 * MAX_BYTES)}))
-    error = refused_within(archive, seconds=2, mebibytes=3 * MAX_BYTES / 2**20)
+    error = refused_within(archive, mebibytes=3 * MAX_BYTES / 2**20)
     assert (error.code, error.params["file"]) == ("too_large", "attention.py")
 
 
@@ -295,7 +300,7 @@ def test_a_declared_size_is_not_trusted(tmp_path):
     sizes = data.index(b"PK\x01\x02") + 24  # uncompressed size in the central directory
     data[sizes:sizes + 4] = struct.pack("<L", 10)
     archive = write(tmp_path / "entrega.zip", bytes(data))
-    assert bounded(lambda: refused(archive), seconds=2, mebibytes=3 * MAX_BYTES / 2**20).code == "bad_zip"
+    assert bounded(lambda: refused(archive), mebibytes=3 * MAX_BYTES / 2**20).code == "bad_zip"
 
 
 def test_a_large_py_is_read_only_up_to_the_limit(tmp_path):
@@ -337,13 +342,14 @@ def test_a_notebook_with_too_many_cells_is_refused(tmp_path):
 ], ids=["200k-minus", "long", "100k-minus", "deep-sum", "null", "surrogate"])
 def test_notebook_code_ast_cannot_hold_is_refused(tmp_path, source, code):
     path = write(tmp_path / "tarea.ipynb", notebook([code_cell(source)]))
-    assert refused_within(path, seconds=5, mebibytes=256).code == code
+    assert refused_within(path, mebibytes=256).code == code
 
 
 def test_many_kept_statements_take_linear_time(tmp_path):
-    """ast.get_source_segment splits the whole code per call: this notebook took ten minutes."""
-    path = write(tmp_path / "tarea.ipynb", notebook([code_cell("import a\n" * 14_000)]))
-    assert bounded(lambda: submission.load(path), seconds=5, mebibytes=256).source.count("import a") == 14_000
+    """ast.get_source_segment splits the whole code per call: this notebook took ten minutes.
+    The class uses `a`, so all 14,000 imports that bind it are kept."""
+    path = write(tmp_path / "tarea.ipynb", notebook([code_cell("import a\n" * 14_000 + "class SelfAttention:\n    x = a\n")]))
+    assert bounded(lambda: submission.load(path), mebibytes=256).source.count("import a") == 14_000
 
 
 # Names: what a folder or zip calls its files reaches results.json only as valid text.
@@ -426,7 +432,8 @@ def test_any_json_as_a_notebook_loads_or_is_refused(scratch, value):
 
 @pytest.mark.filterwarnings("ignore:Duplicate name")
 @FUZZ
-@given(st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=12).map(lambda n: n + ".py"),
+@given(st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), min_size=1,
+                               max_size=12).map(lambda n: n + ".py"),
                        st.binary(max_size=200), min_size=1, max_size=4),
        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=8), st.integers(0, 50))
 def test_damaged_zips_load_or_are_refused(scratch, members, flips, cut):

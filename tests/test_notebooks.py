@@ -1,0 +1,408 @@
+"""Notebooks: what of a student's cells is graded, and feedback that points at their own cells.
+
+The unit tests run notebook_source on small notebooks (milliseconds each). Three Colab-style
+notebooks under tests/submissions/notebooks/ (markdown cells, %%capture with !pip, google.colab,
+a %%bash cell, a training cell with tqdm and plots, DEVICE and NEG_INF used by the classes) are
+graded end to end: the correct one scores what solutions/attention.py scores, the others get their
+failure reported at the student's cell and line.
+"""
+import ast
+import json
+import string
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autograder import feedback, submission
+from autograder.config import Limits
+from autograder.outcomes import Outcome
+from autograder.submission import LINES_MARKER, SubmissionUnreadable, cell_lines, notebook_source
+from autograder.worker.client import SubmissionError, Worker
+
+NOTEBOOKS = Path(__file__).resolve().parent / "submissions" / "notebooks"
+COLAB = NOTEBOOKS / "colab_correct.ipynb"
+BUG = NOTEBOOKS / "colab_bug_in_class.ipynb"
+EINOPS = NOTEBOOKS / "colab_uses_einops.ipynb"
+
+
+def notebook(*cells):
+    """An nbformat 4 notebook: a str is a code cell, ("markdown", text) a text cell."""
+    cells = [("code", c) if isinstance(c, str) else c for c in cells]
+    return json.dumps({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(keepends=True),
+                   **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+                  for kind, text in cells],
+    })
+
+
+def kept(*cells):
+    return notebook_source(notebook(*cells))
+
+
+def code_of(source):
+    """The module without its line map."""
+    assert source.splitlines()[-1].startswith(LINES_MARKER)
+    return source[:source.rstrip("\n").rfind("\n") + 1]
+
+
+def names(source):
+    """The names the module's top-level statements bind, in order (an `if`/`try` block as 'block')."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.append(node.name)
+        elif isinstance(node, ast.Assign):
+            found.append(ast.unparse(node.targets[0]))
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            found.append(ast.unparse(node.target))
+        else:
+            found.append("block")
+    return found
+
+
+def code_cells(path_or_text):
+    text = path_or_text.read_text(encoding="utf-8") if isinstance(path_or_text, Path) else path_or_text
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+
+
+def where(path, needle):
+    """(code cell, line) of the only line of the notebook's code cells that holds `needle`."""
+    found = [(number, index) for number, cell in enumerate(code_cells(path), 1)
+             for index, line in enumerate(cell.splitlines(), 1) if needle in line]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def assert_lines_are_the_students(text):
+    """Every line of the module is, character for character, the line of the cell it maps to."""
+    source, cells = notebook_source(text), code_cells(text)
+    lines = cell_lines(source)
+    for number, line in enumerate(code_of(source).splitlines(), 1):
+        found = lines.locate(number)
+        if found is None:
+            assert line == "", (number, line)
+            continue
+        cell, cell_line = found
+        assert cells[cell - 1].replace("\r\n", "\n").replace("\r", "\n").split("\n")[cell_line - 1] == line
+
+
+# ---- what is kept ------------------------------------------------------------------------------
+
+def test_colab_notebook_keeps_what_the_classes_need_and_nothing_else():
+    source = submission.load(COLAB).source
+    assert names(source) == ["math", "dataclass", "torch", "nn", "F", "DEVICE", "NEG_INF", "causal_mask",
+                             "SelfAttention", "MultiHeadAttention", "Cfg", "CausalSelfAttention"]
+    for dropped in ("pip install", "google.colab", "drive.mount", "%cd", "tqdm", "matplotlib", "plt.", "%matplotlib",
+                    "nvidia-smi", "manual_seed", "print(", "sa = SelfAttention", "cfg = Cfg", "for step", "pytest"):
+        assert dropped not in source, dropped
+
+
+@pytest.mark.parametrize("path", [COLAB, BUG, EINOPS], ids=lambda p: p.stem)
+def test_every_line_of_the_module_is_the_students_line(path):
+    assert_lines_are_the_students(path.read_text(encoding="utf-8"))
+
+
+def test_constants_used_by_the_classes_are_kept_transitively_and_in_order():
+    source = kept(
+        "import torch\nimport torch.nn as nn\nimport math",
+        "SCALE_BASE = 2\nUNUSED = 3\nNEG_INF = float('-inf')\nSCALE = math.sqrt(SCALE_BASE) * 1.0",
+        ("markdown", "## Clases"),
+        "class SelfAttention(nn.Module):\n    def forward(self, x):\n"
+        "        return x.masked_fill(x < 0, NEG_INF) / SCALE",
+        "DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')",
+        "class CausalSelfAttention(nn.Module):\n    def __init__(self, cfg):\n        super().__init__()\n"
+        "        self.mask = torch.ones(2, device=DEVICE)",
+    )
+    assert names(source) == ["torch", "nn", "math", "SCALE_BASE", "NEG_INF", "SCALE", "SelfAttention", "DEVICE",
+                             "CausalSelfAttention"]
+
+
+@pytest.mark.parametrize("definition", [
+    "def helper(x, fill=VALUE):\n    return x\n\nclass SelfAttention:\n    f = staticmethod(helper)",  # default
+    "@decorate(VALUE)\nclass SelfAttention:\n    pass",                                               # decorator
+    "class SelfAttention(Base[VALUE]):\n    pass",                                                  # base class
+    "class SelfAttention:\n    size = VALUE",                                                      # class body
+    "class SelfAttention:\n    def f(self, x: VALUE) -> None:\n        pass",                       # annotation
+    "class SelfAttention:\n    def f(self):\n        return [v for v in VALUE]",                   # comprehension
+    "class SelfAttention:\n    def f(self):\n        def g():\n            return VALUE\n        return g",
+], ids=["default", "decorator", "base", "class_body", "annotation", "comprehension", "nested"])
+def test_a_name_is_used_wherever_a_kept_definition_reads_it(definition):
+    source = kept("VALUE = [1]\nOTHER = 2\ndecorate = lambda v: lambda c: c\nBase = {1: object}", definition)
+    assert "VALUE = [1]" in source and "OTHER" not in source
+
+
+def test_locals_parameters_and_attributes_do_not_keep_a_global_of_that_name():
+    source = kept(
+        "x = torch.randn(2, 5, 16)\nmask = None\nweights = 3\nd_k = 4",
+        "class SelfAttention:\n    def __init__(self, d_k):\n        self.d_k = d_k\n"
+        "    def forward(self, x, mask=None):\n        weights = x.softmax(-1)\n        return weights, self.mask",
+    )
+    assert names(source) == ["SelfAttention"]
+
+
+def test_of_a_statement_only_what_binds_a_used_name_is_kept():
+    source = kept(
+        "import torch",
+        "cfg = Cfg(n_embd=32)\nmodel = CausalSelfAttention(cfg)\nmodel(torch.randn(1, 4, 32))\nprint(model)",
+        "class SelfAttention:\n    def forward(self, x):\n        return cfg.n_embd",
+        "class Cfg:\n    n_embd = 32",
+    )
+    assert names(source) == ["cfg", "SelfAttention", "Cfg"]
+
+
+def test_every_binding_of_a_used_name_is_kept_in_order():
+    source = kept(
+        "WIDTH = 16", "WIDTH = 32\nWIDTH += 1", "cfg = Box()\ncfg.width = WIDTH\ncfg.heads[0] = 2",
+        "class Box:\n    heads = [1]",
+        "class SelfAttention:\n    def f(self):\n        return cfg",
+        "class SelfAttention:  # the fixed version\n    def f(self):\n        return cfg, 2",
+    )
+    assert names(source) == ["WIDTH", "WIDTH", "WIDTH", "cfg", "cfg.width", "cfg.heads[0]", "Box",
+                             "SelfAttention", "SelfAttention"]
+
+
+def test_if_and_try_blocks_that_bind_a_used_name_are_kept_whole():
+    source = kept(
+        "import torch",
+        "if torch.cuda.is_available():\n    DEVICE = 'cuda'\nelse:\n    DEVICE = 'cpu'",
+        "try:\n    from einops import rearrange\nexcept ImportError:\n    rearrange = None",
+        "if True:\n    print('never kept')",
+        "class SelfAttention:\n    where = DEVICE",
+    )
+    assert names(source) == ["torch", "block", "SelfAttention"] and "einops" not in source
+
+
+def test_unused_imports_functions_classes_and_constants_are_dropped():
+    source = kept(
+        "import torch\nimport torch.nn as nn\nfrom tqdm.auto import tqdm\nfrom google.colab import drive\n"
+        "import matplotlib.pyplot as plt\nimport einops\nD_MODEL = 16",
+        "def train(model, steps=100):\n    for _ in tqdm(range(steps)):\n        pass\n\n"
+        "def show(weights):\n    plt.imshow(weights)",
+        "class Trainer:\n    bar = tqdm\n\nclass SelfAttention(nn.Module):\n    pass",
+        "class MultiHeadAttention(nn.Module):\n    pass",
+    )
+    assert names(source) == ["nn", "SelfAttention", "MultiHeadAttention"]  # `import torch.nn as nn` binds nn alone
+
+
+def test_a_star_import_is_kept_only_when_a_used_name_is_bound_nowhere():
+    assert "import *" not in kept("from torch.nn import *\nimport torch.nn as nn",
+                                  "class SelfAttention(nn.Module):\n    pass")
+    assert names(kept("from torch.nn import *", "class SelfAttention(Module):\n    pass")) == ["*", "SelfAttention"]
+    assert "import *" not in kept("from torch.nn import *", "class SelfAttention:\n    f = len, __name__")
+
+
+def test_get_ipython_never_runs():
+    source = kept("ip = get_ipython()\nip.run_line_magic('matplotlib', 'inline')\nget_ipython().system('ls')",
+                  "class SelfAttention:\n    shell = ip")
+    assert names(source) == ["SelfAttention"]
+
+
+def test_future_imports_come_first():
+    source = kept("import torch", "from __future__ import annotations\nclass SelfAttention:\n    x: torch.Tensor")
+    assert names(source) == ["annotations", "torch", "SelfAttention"]
+    compile(source, "attention.py", "exec")
+
+
+def test_a_long_chain_of_uses_and_many_statements_take_linear_time():
+    chain = "\n".join(["x0 = 1", *(f"x{i} = x{i - 1}" for i in range(1, 4000))])
+    many = "import a\n" * 6_000
+    started = time.monotonic()
+    source = kept(chain, many, "class SelfAttention:\n    v = x3999, a")
+    assert time.monotonic() - started < 5
+    assert source.count("import a") == 6_000 and "x0 = 1" in source and "x3999 = x3998" in source
+
+
+# ---- IPython lines and cells -------------------------------------------------------------------
+
+CLASS = "class SelfAttention:\n    pass"
+
+
+@pytest.mark.parametrize("magic", ["%%bash", "%%sh", "%%script python3", "%%html", "%%javascript", "%%js",
+                                   "%%latex", "%%markdown", "%%svg", "%%timeit -n 3", "%%python3",
+                                   "%%writefile utils.py",
+                                   "%%writefile -a notas.txt", "%%file otro.py", "%%!", "%%shell", "%%sql"])
+def test_a_cell_magic_drops_its_whole_cell(magic):
+    assert names(kept(f"{magic}\n{CLASS}")) == []
+    assert names(kept(f"\n  \n{magic}\n{CLASS}")) == []  # IPython skips blank lines before it
+
+
+@pytest.mark.parametrize("magic", ["%%capture", "%%capture salida --no-stderr", "%%time", "%%prun -s cumulative",
+                                   "%%writefile attention.py", "%%writefile -a 'tarea/attention.py'"])
+def test_cell_magics_whose_body_runs_as_python_keep_it(magic):
+    source = kept(f"{magic}\n!pip install -q einops\n{CLASS}\nprint('hola')")
+    assert names(source) == ["SelfAttention"]
+    assert cell_lines(source).locate(1) == (1, 3)  # the magic line still counts in the cell
+
+
+def test_a_bash_cell_is_not_python_and_costs_nothing():
+    source = kept("%%bash\nfor f in *.py; do echo \"$f\"; done\nif [ -d data ]; then ls data; fi", CLASS)
+    assert names(source) == ["SelfAttention"] and cell_lines(source).locate(1) == (2, 1)
+
+
+def test_line_magics_shell_and_help_lines_are_dropped_keeping_line_numbers():
+    cells = (
+        "%matplotlib inline\n!pip install einops\nfiles = !ls\nout, err = %sx ls\ntorch.nn.Linear?\n??torch\n"
+        "import torch\n%load_ext autoreload",
+        "    !nvidia-smi\nif torch.cuda.is_available():\n    !nvidia-smi\n    %env CUDA_LAUNCH_BLOCKING=1\n"
+        "else:\n    LIMIT = 3",
+        "class SelfAttention:\n    def f(self):\n        %time x = 1\n        return LIMIT",
+    )
+    source = kept(*cells)
+    assert names(source) == ["torch", "block", "SelfAttention"]
+    lines = cell_lines(source)
+    module = code_of(source).splitlines()
+    assert lines.locate(module.index("    LIMIT = 3") + 1) == (2, 6)
+    assert lines.locate(module.index("        return LIMIT") + 1) == (3, 4)
+    assert module[module.index("    LIMIT = 3") - 2] == "    pass"  # the magic's place in its block
+
+
+def test_text_and_raw_cells_are_not_counted():
+    source = kept(("markdown", "# Título\nclass SelfAttention: pass"), ("raw", "NEG = 1"), "NEG = 2",
+                  ("markdown", "texto"), "class SelfAttention:\n    x = NEG")
+    assert names(source) == ["NEG", "SelfAttention"]
+    lines = cell_lines(source)
+    assert [lines.locate(n) for n in (1, 3, 4)] == [(1, 1), (2, 1), (2, 2)]
+
+
+def test_a_cell_that_does_not_parse_is_reported_at_its_own_line():
+    text = notebook("import torch", ("markdown", "texto"), "%%bash\nls -la",
+                    "class SelfAttention:\n    def forward(self, x):\n        return x +\n", CLASS)
+    source = notebook_source(text)
+    with pytest.raises(SyntaxError) as caught:
+        compile(source, "attention.py", "exec")  # what the worker does when it imports it
+    assert cell_lines(source).locate(caught.value.lineno) == (3, 3)
+
+
+def test_windows_line_endings_and_missing_final_newlines():
+    text = notebook("NEG = 1\r\nOTHER = 2\r\n", "class SelfAttention:\r\n    x = NEG")
+    source = notebook_source(text)
+    assert names(source) == ["NEG", "SelfAttention"] and "\r" not in source
+    assert_lines_are_the_students(text)
+
+
+IPYTHON_LINES = ["%matplotlib inline", "!pip install x", "files = !ls", "obj?", "", "    ", "# comentario",
+                 "    !nvidia-smi", "print(NEG)"]
+PYTHON_LINES = ["import torch", "import math as m", "NEG = float('-inf')", "NEG += 0", "cfg = Box()",
+                "cfg.n = NEG", "class Box:\n    n = 1", "def helper(v=NEG):\n    return m.sqrt(v)",
+                "class SelfAttention:\n    x = helper, cfg, torch", "if m:\n    LIMIT = 1\n    !ls",
+                "for i in range(2):\n    NEG = i"]
+
+
+@settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(IPYTHON_LINES + PYTHON_LINES), max_size=6).map("\n".join),
+                min_size=1, max_size=6),
+       st.sampled_from(["", "%%capture\n", "%%bash\n", "\n%%time\n"]))
+def test_any_mix_of_cells_keeps_students_lines(cells, magic):
+    text = notebook(magic + cells[0], *cells[1:])
+    source = notebook_source(text)
+    compile(source, "attention.py", "exec")
+    assert_lines_are_the_students(text)
+
+
+def test_notebook_limits_still_hold():
+    with pytest.raises(SubmissionUnreadable) as caught:
+        notebook_source(notebook("x = 1\n" * 30_000))
+    assert caught.value.code == "notebook_code_too_large"
+    with pytest.raises(SubmissionUnreadable) as caught:
+        notebook_source(notebook("NEG = 1", "x = '\ud800'"))
+    assert caught.value.code == "not_utf8"
+
+
+# ---- lines in feedback ---------------------------------------------------------------------------
+
+def test_a_py_submission_keeps_its_own_lines(tmp_path):
+    text = "import torch\n\nclass SelfAttention(torch.nn.Module):\n    pass\n"
+    (tmp_path / "attention.py").write_text(text, encoding="utf-8")
+    loaded = submission.load(tmp_path / "attention.py")
+    assert loaded.source == text and loaded.line_map is None
+    assert Worker(loaded.source, Limits())._where(3) == {"line": 3}
+    assert "cell" not in SubmissionError("exception", "boom", line=3).as_dict()
+
+
+def test_the_worker_side_maps_a_notebook_line_to_its_cell():
+    source = submission.load(COLAB).source
+    module = code_of(source).splitlines()
+    line = module.index("        weights = torch.softmax(scores, dim=-1)") + 1
+    found = Worker(source, Limits())._where(line)
+    cell, cell_line = where(COLAB, "weights = torch.softmax(scores, dim=-1)")
+    assert line != cell_line and found == {"cell": cell, "line": cell_line} and cell == 6
+    error = SubmissionError("exception", "boom", **found)
+    assert error.again().as_dict()["cell"] == 6 and Worker(source, Limits())._where(None) == {"line": None}
+
+
+def outcome(code, **params):
+    return Outcome("MultiHeadAttention", "shapes", "error", code,
+                   {"kind": code.split(".")[-1], "cls": "MultiHeadAttention", "op": "forward", "limit": None, **params})
+
+
+@pytest.mark.parametrize("language, expected", [
+    ("es", "MultiHeadAttention.forward lanzó AttributeError en la celda de código 8, línea 29: sin atributo"),
+    ("en", "MultiHeadAttention.forward raised AttributeError in code cell 8, line 29: sin atributo"),
+], ids=["es", "en"])
+def test_feedback_names_the_cell_and_the_line(language, expected):
+    found = outcome("submission.exception", message="sin atributo", exc_type="AttributeError", line=29, cell=8)
+    assert feedback.message(found, language) == expected
+    found.params.pop("cell")  # a .py: as before
+    assert feedback.message(found, language) == feedback.catalog(language)["failures"]["submission.exception"].format(
+        cls="MultiHeadAttention", op="forward", exc_type="AttributeError", line=29, message="sin atributo")
+
+
+def test_a_syntax_error_message_loses_the_module_line_python_adds():
+    found = outcome("submission.syntax_error", message="invalid syntax (attention.py, line 57)",
+                    exc_type="SyntaxError", line=3, cell=4)
+    assert feedback.message(found, "es") == ("Tu notebook tiene un error de sintaxis en la celda de código 4, línea 3: "
+                                             "invalid syntax")
+
+
+@pytest.mark.parametrize("language", ["es", "en"])
+def test_every_message_with_a_line_has_a_form_with_the_cell(language):
+    failures = feedback.catalog(language)["failures"]
+    fields = {code: {name for _, name, _, _ in string.Formatter().parse(text) if name}
+              for code, text in failures.items()}
+    for code, used in fields.items():
+        if "line" in used and not code.endswith(".in_cell"):
+            assert code + ".in_cell" in failures, code
+            assert fields[code + ".in_cell"] - used <= {"cell"}, code
+    assert fields["submission.missing_module.in_cell"] == {"module", "cell", "line"}
+
+
+# ---- graded end to end (about 10 s each) -------------------------------------------------------
+
+def test_colab_notebook_scores_like_the_solution(graded_run, solution_path):
+    """NEG_INF and DEVICE used by the classes, tqdm and google.colab imports, %%capture, %%bash, plots."""
+    from_notebook, from_py = graded_run(COLAB).graded, graded_run(solution_path).graded
+    assert from_notebook.score == from_py.score == (48, 48)
+    statuses = [[(o.cls, o.prop, o.status) for o in run.outcomes] for run in (from_notebook, from_py)]
+    assert statuses[0] == statuses[1]
+
+
+def test_a_bug_in_a_class_is_reported_at_the_students_cell_and_line(graded_run):
+    run = graded_run(BUG)
+    cell, line = where(BUG, "self.d_modle")
+    tests = {tuple(t["tags"]): t for t in run.results["tests"]}
+    shapes = tests[("MultiHeadAttention", "shapes")]
+    assert shapes["status"] == "failed"
+    assert shapes["output"].startswith(f"MultiHeadAttention.forward lanzó AttributeError en la celda de código "
+                                       f"{cell}, línea {line}: 'MultiHeadAttention' object has no attribute 'd_modle'")
+    for (cls, _), test in tests.items():
+        assert cls == "MultiHeadAttention" or test["status"] == "passed", test
+
+
+def test_an_import_the_classes_need_and_the_grader_lacks_is_named_once(graded_run):
+    run = graded_run(EINOPS)
+    cell, line = where(EINOPS, "from einops import rearrange")
+    assert run.graded.score[0] == 0
+    messages = {t["output"].split("\n")[0] for t in run.results["tests"]}
+    assert messages == {f"Tu notebook importa el módulo einops (celda de código {cell}, línea {line}), que no está "
+                        "instalado en el corrector. Esa importación se conserva porque tus clases la usan, directa o "
+                        "indirectamente: escríbelas solo con torch, numpy y la biblioteca estándar de Python."}
+    english = feedback.message(run.graded.outcomes[0], "en")
+    assert english.startswith(f"Your notebook imports the module einops (code cell {cell}, line {line}), "
+                              "which is not installed")
