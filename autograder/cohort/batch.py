@@ -15,7 +15,15 @@ the finished run holds every submission's present content. Only the cohort's lat
 resumed, and only by a batch with the same --regrade flag (and grader and grading.yml):
 `batch --regrade` after an interrupted plain batch starts a new run that grades everything, and
 a plain batch after an interrupted --regrade one starts a new run that keeps unchanged gradings;
-the interrupted run is left unfinished.
+the interrupted run is left unfinished. A batch of another folder (late submissions) or with other
+--only keys never resumes it either: it starts its own run, and reports warn about the open one.
+
+Late submissions, re-uploads and regrades: reports show the cohort view (store.cohort_results),
+each student's result from the latest run that graded them. So a folder holding only the late or
+re-uploaded submissions, batched into the same cohort, adds or replaces just those students, and
+`--only KEY` (repeatable) grades only those entries of the folder, the rest staying as they are.
+`--only` follows the same rules as a whole batch: an unchanged submission keeps its grading
+unless --regrade is given too.
 
 Keys: a submission's key is its file or folder name (or Gradescope's folder name), made valid
 text by text.clean; a key that clean() changes gets a suffix from the sha256 of the raw name,
@@ -38,7 +46,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from .. import config as grading_config
-from .. import submission
+from .. import feedback, submission
 from ..grade import close_to_workers, suite_version
 from ..outcomes import Outcome
 from ..text import clean
@@ -71,6 +79,7 @@ class Summary:
     failures: list = field(default_factory=list)
     seconds: float = 0.0
     interrupted: bool = False
+    unreadable_entries: list = field(default_factory=list)  # (key, name, first outcome) of every unreadable one
 
 
 def folder_entries(folder):
@@ -132,6 +141,34 @@ def _load(entry, config):
     return hashlib.sha256(loaded.source.encode()).hexdigest(), Task(entry.key, loaded.source), None
 
 
+def select(found, only):
+    """The entries named by --only: each KEY is an entry's key, or its name without the suffix when
+    that names one entry alone. An unknown or ambiguous KEY is a BatchError listing what there is."""
+    by_key = {e.key: e for e in found}
+    by_stem = {}
+    for entry in found:
+        by_stem.setdefault(_stem(entry.key), []).append(entry)
+    chosen, unknown = {}, []
+    for key in only:
+        if key in by_key:
+            chosen[key] = by_key[key]
+        elif len(by_stem.get(key, ())) == 1:
+            chosen[by_stem[key][0].key] = by_stem[key][0]
+        else:
+            unknown.append(key)
+    if unknown:
+        shown = ", ".join(sorted(by_key)[:20]) + (" ..." if len(by_key) > 20 else "")
+        raise BatchError(f"--only {', '.join(unknown)}: no such entry (or several) in this folder; "
+                         f"its entries: {shown}")
+    return [e for e in found if e.key in chosen]
+
+
+def _stem(key):
+    """A key without its submission suffix: `ana.py` -> `ana` (folders stay as they are)."""
+    base, dot, suffix = key.rpartition(".")
+    return base if dot and base and f".{suffix}" in SUBMISSION_SUFFIXES else key
+
+
 def _progress(console):
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -140,22 +177,29 @@ def _progress(console):
     )
 
 
-def run_batch(path, cohort, store, config, executor_factory, regrade=False, console=None):
-    """Grade every entry of `path` that the cohort's current run lacks, or holds with other content;
-    returns a Summary."""
+def run_batch(path, cohort, store, config, executor_factory, regrade=False, console=None, only=None):
+    """Grade every entry of `path` (or those named by `only`) that the cohort's current run lacks, or
+    holds with other content; returns a Summary."""
     console = console or Console(stderr=True)
     close_to_workers([path])  # as root: no worker may read its classmates' submissions
     version, suite_hash = suite_version(config)
-    run, resumed = store.begin_run(cohort, version, suite_hash, config.source, Path(path).resolve(), regrade)
-    summary = Summary(run_id=run.id, resumed=resumed)
-    done = store.done(run.id)
     started = time.monotonic()
     with entries(path) as found:
         if not found:
             raise BatchError(f"no submissions found in {path}")
+        if only:
+            found = select(found, only)
+        scope = [e.key for e in found] if only else None
+        run, resumed = store.begin_run(cohort, version, suite_hash, config.source, Path(path).resolve(), regrade,
+                                       scope)
+        store.set_expected(run.id, len(found))
+        summary = Summary(run_id=run.id, resumed=resumed)
+        done = store.done(run.id)
         pending = {}
         for entry in found:
             content_hash, task, outcomes = _load(entry, config)
+            if task is None:
+                summary.unreadable_entries.append((entry.key, _name(entry), outcomes[0]))
             if done.get(entry.key) == content_hash:
                 summary.already_done += 1
                 continue
@@ -188,6 +232,7 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
                 entry, content_hash, _, replace = pending[task.key]
                 if isinstance(result, GraderFailure):
                     summary.failures.append((task.key, clean(result)))
+                    store.record_failure(run, entry.key, entry.submitters, str(result))
                 else:
                     store.record_grading(run, entry.key, entry.submitters, content_hash,
                                          [Outcome(**o) for o in result.outcomes], result.seconds, result.peak_rss_mib,
@@ -202,18 +247,28 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
         executor.close(cancel)
 
 
-def report_summary(summary, console):
-    resumed = f" (resumed; {summary.already_done} already done)" if summary.resumed else ""
-    console.print(
-        f"run {summary.run_id}{resumed}: {summary.graded} graded, {summary.reused} unchanged (kept), "
-        f"{summary.unreadable} unreadable, {len(summary.failures)} grader failures in {summary.seconds:.1f} s"
-    )
-    for key, message in summary.failures[:10]:  # literal text: a key or message may hold [markup]
-        console.print(Text.assemble("  ", ("grader failure", "red"), f" {key}: {message}"))
+def _name(entry):
+    return ", ".join(s.name or s.email or s.sid for s in entry.submitters) or entry.key
+
+
+def report_summary(summary, console, language="en"):
+    """The batch's outcome in the report's language; every unreadable submission and grader failure
+    named. Keys, names and messages are printed as literal text (they may hold [markup])."""
+    words = feedback.catalog(language)["report"]
+    resumed = words["batch_resumed"].format(done=summary.already_done) if summary.resumed else ""
+    console.print(Text(words["batch_summary"].format(
+        run=summary.run_id, resumed=resumed, graded=summary.graded, reused=summary.reused,
+        unreadable=summary.unreadable, failures=len(summary.failures), seconds=f"{summary.seconds:.1f}")))
+    for key, name, outcome in summary.unreadable_entries:
+        reason = feedback.message(outcome, language).splitlines()[0]
+        shown = key if name in (key, _stem(key)) else f"{key} ({name})"
+        console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
+    for key, message in summary.failures:
+        console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))
     if summary.interrupted:
-        console.print("[yellow]interrupted[/yellow]: what was graded is stored; run the same command again to go on")
+        console.print(Text(words["batch_interrupted"], style="yellow"))
     elif summary.failures:
-        console.print("the run stays open: fix the grading machine and run the same command again")
+        console.print(Text(words["batch_open"]))
 
 
 def cmd_batch(args):
@@ -227,13 +282,13 @@ def cmd_batch(args):
             return LocalExecutor(args.jobs, config.source, args.recycle)
     store = Store(args.db)
     try:
-        summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console)
+        summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console, args.only)
     except (BatchError, GraderFailure) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         store.close()
-    report_summary(summary, console)
+    report_summary(summary, console, config.language)
     return 130 if summary.interrupted else 2 if summary.failures else 0
 
 
@@ -251,6 +306,9 @@ def register(commands):
                        help="parallel slots (default: the cores; a slot and its worker take turns on "
                             "about one core, and more slots cost more CPU per submission)")
     batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")
+    batch.add_argument("--only", action="append", metavar="KEY",
+                       help="grade only this entry (its key: file or folder name, with or without .py/.zip/.ipynb; "
+                            "repeatable); the cohort's other students keep their results")
     batch.add_argument("--scheduler", help="Dask scheduler address: grade on that cluster (needs the dask extra)")
     batch.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE,
                        help="replace a slot process after this many submissions, or sooner once it has "

@@ -1,15 +1,27 @@
 """python -m autograder report --cohort NAME --out DIR: regenerate a cohort's reports from the store.
 
-Nothing is graded: the stored raw outcomes of the chosen run (the latest by default) are
-rescored with the current grading.yml (points, visibility) and rendered in the chosen language.
+Nothing is graded. By default the report shows the cohort view: each submission's result from
+the latest run that has one (store.cohort_results), so an interrupted run, a folder of late
+submissions or an `--only` regrade changes only the rows it graded; `--run N` shows one run's
+results alone. Unfinished runs (and grader failures) are warned about on screen and in
+index.html. The stored raw outcomes are rescored with the current grading.yml (points,
+visibility) and rendered in the chosen language.
 
-  gradebook.csv        one row per student: Name, SID, Email, Total Score, Max Points, one
-                       subtotal per class (what Gradescope's and Canvas's score imports match on)
+  gradebook.csv        one row per student: Name, SID, Email, Submission, Status (graded,
+                       unreadable, grader failure, no submission: in the report's language), Run
+                       (where the row comes from), Total Score, Max Points, one subtotal per class
+  canvas.csv           the same scores laid out for Canvas's, Moodle's and Gradescope's imports
+  moodle.csv           (exports.py; `--format` chooses, `--assignment` names the column)
+  gradescope.csv
   students/PAGE.html   per-submission feedback (and .md): what a student may see, so tests with
   students/PAGE.md     visibility "hidden" are left out, and so is the total when any test is hidden
-  index.html           cohort summary for the staff: score histogram, pass rate per property and
-                       per class, the most common failures with an example message, every student
+  index.html           cohort summary for the staff: warnings, the runs the view draws on, score
+                       histogram, pass rate per property and per class, the most common failures
+                       with an example message, every student with status and run
   *.png                the summary's plots
+
+`--roster roster.csv` (roster.py) gives each submission its students' names, SIDs, emails,
+logins and sections by key, and adds "no submission" rows for the students without one.
 
 Everything a student wrote or named (names, keys, messages, what the code printed) is shown as
 text: gradebook cells that a spreadsheet would run as a formula get a leading quote, HTML pages
@@ -25,12 +37,14 @@ import re
 import statistics
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config as grading_config
 from .. import feedback, scoring
 from ..grade import grading_yml_hash
+from . import exports
+from . import roster as rosters
 from .store import Store, StoreError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -44,15 +58,31 @@ class ReportError(Exception):
     """The stored outcomes cannot be scored with this grading.yml."""
 
 
+STATUSES = ("graded", "unreadable", "grader_failure", "missing")
+
+
+def status_of(outcomes):
+    """unreadable: the submission could not be loaded (every outcome is a load.* code); grader_failure:
+    the grader itself failed on some property (grader_error), so the score is not to be trusted;
+    graded otherwise, whatever the student's code did."""
+    if outcomes and all((o.code or "").startswith("load.") for o in outcomes):
+        return "unreadable"
+    if any(o.code == "grader_error" for o in outcomes):
+        return "grader_failure"
+    return "graded"
+
+
 @dataclass
 class Graded:
-    """One submission of the run, rescored."""
+    """One submission of the view, rescored."""
 
     key: str
     page: str
     submitters: list
     scored: list
     outcomes: list
+    status: str = "graded"
+    run_id: int | None = None
 
     @property
     def total(self):
@@ -85,8 +115,78 @@ def rescore(results, config):
         if missing:
             raise ReportError(f"{result.key} was graded without {missing}: grade the cohort again (batch --regrade)")
         graded.append(Graded(result.key, page_name(result.key), result.submitters,
-                             scoring.score(result.outcomes, config), result.outcomes))
+                             scoring.score(result.outcomes, config), result.outcomes, status_of(result.outcomes),
+                             getattr(result, "run_id", None)))
     return graded
+
+
+@dataclass
+class Ungraded:
+    """A student in the view without a result: the grader failed on their only submission
+    (status grader_failure, with the run), or a roster student who handed nothing in (missing)."""
+
+    key: str
+    submitters: list
+    status: str
+    run_id: int | None = None
+
+    @property
+    def display_name(self):
+        return ", ".join(s.name or s.email or s.sid for s in self.submitters) or self.key
+
+
+@dataclass
+class Row:
+    """One line of the gradebook and of the exports: a person and their submission's score."""
+
+    key: str
+    name: str
+    sid: str
+    email: str
+    login: str
+    section: str
+    status: str
+    run_id: int | None
+    earned: float | None  # None: no trustworthy score (see exports)
+    possible: float
+    subtotals: dict | None
+
+
+def rows_of(items, config):
+    """Gradebook rows of Graded and Ungraded items: one per person (a group gives several), one with
+    the key as name when nobody is known."""
+    classes = classes_of(config)
+    rows = []
+    for item in items:
+        if isinstance(item, Graded):
+            earned, possible = item.total
+            subtotals = item.class_totals(classes)
+        else:
+            earned, possible, subtotals = None, config.max_score, None
+        for person in item.submitters or [None]:
+            rows.append(Row(
+                item.key, person.name if person else item.key, getattr(person, "sid", ""),
+                getattr(person, "email", ""), getattr(person, "login", ""), getattr(person, "section", ""),
+                item.status, item.run_id, earned, possible, subtotals))
+    return rows
+
+
+@dataclass
+class View:
+    """What a report shows: the rescored submissions, those without a result, and what to warn about."""
+
+    cohort: str
+    runs: list  # the Run objects the rows come from (the cohort view: every run of the cohort)
+    run: object | None  # the one run of `--run N`, else None
+    graded: list
+    ungraded: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # unfinished runs, grader failures, roster mismatches
+    export_warnings: list = field(default_factory=list)  # rows an LMS export cannot place or leaves out
+    counts: dict = field(default_factory=dict)  # run id -> rows of the view from it
+
+    @property
+    def items(self):
+        return sorted([*self.graded, *self.ungraded], key=lambda i: (i.key == "", i.key, i.display_name))
 
 
 def classes_of(config):
@@ -112,20 +212,24 @@ def text_cell(text):
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
-def write_gradebook(path, graded, config):
+def _number(value):
+    return "" if value is None else f"{value:g}"
+
+
+def write_gradebook(path, items, config):
+    """gradebook.csv from Graded/Ungraded items (or ready Rows); Status in the report's language."""
     classes = classes_of(config)
+    words = feedback.catalog(config.language)["report"]
+    rows = [i for i in items if isinstance(i, Row)] + rows_of([i for i in items if not isinstance(i, Row)], config)
     with private_file(path) as handle:
         writer = csv.writer(handle)
-        writer.writerow(["Name", "SID", "Email", "Submission", "Total Score", "Max Points", *classes])
-        for item in graded:
-            earned, possible = item.total
-            subtotals = item.class_totals(classes)
-            for person in item.submitters or [None]:
-                texts = (person.name, person.sid, person.email) if person else (item.key, "", "")
-                writer.writerow([
-                    *map(text_cell, (*texts, item.key)),
-                    f"{earned:g}", f"{possible:g}", *(f"{subtotals[c]:g}" for c in classes),
-                ])
+        writer.writerow(["Name", "SID", "Email", "Submission", "Status", "Run", "Total Score", "Max Points", *classes])
+        for row in rows:
+            writer.writerow([
+                *map(text_cell, (row.name, row.sid, row.email, row.key)), words[f"status_{row.status}"],
+                _number(row.run_id), _number(row.earned), _number(row.possible),
+                *(_number(row.subtotals and row.subtotals[c]) for c in classes),
+            ])
 
 
 def summary_figures(graded, config):
@@ -219,19 +323,95 @@ def environment():
     return env
 
 
-def write_reports(store, cohort, out, config, run_id=None):
-    """Write every report of a run into `out`; returns (run, rescored submissions)."""
-    run = store.run(cohort, run_id)
-    graded = rescore(store.results(run), config)
-    if not graded:
-        raise ReportError(f"run {run.id} of {cohort!r} has no results yet")
+def _superseded(run, runs):
+    """An unfinished run that a later finished run of the same folder, covering its scope, replaced."""
+    return any(later.id > run.id and later.finished and later.source == run.source
+               and (later.scope is None or (run.scope is not None and set(run.scope) <= set(later.scope)))
+               for later in runs)
+
+
+def _keys(keys):
+    keys = list(keys)
+    return ", ".join(keys[:15]) + (f" ... (+{len(keys) - 15})" if len(keys) > 15 else "")
+
+
+def build_view(store, cohort, config, run_id=None, roster=None):
+    """The View of a cohort (run_id None) or of one run, rescored, joined with `roster` if given."""
+    words = feedback.catalog(config.language)["report"]
+    runs = store.runs(cohort)
+    if not runs:
+        raise StoreError(f"cohort {cohort!r} has no runs yet")
+    counts = store.result_counts(cohort)
+    if run_id is None:
+        run = None
+        results = store.cohort_results(cohort)
+        latest = {r.key: r.run_id for r in results}
+        failures = [f for f in store.failures(cohort) if latest.get(f.key, 0) < f.run_id]
+        shown = [r for r in runs if not r.finished and not _superseded(r, runs)]
+    else:
+        run = store.run(cohort, run_id)
+        results = store.results(run)
+        latest = {r.key: run.id for r in results}
+        failures = [f for f in store.failures(cohort, run.id) if f.key not in latest]
+        shown = [] if run.finished else [run]
+    graded = rescore(results, config)
+    ungraded = {}
+    for failure in failures:  # the latest failure of a key with no result at all
+        if failure.key not in latest:
+            ungraded[failure.key] = Ungraded(failure.key, failure.submitters, "grader_failure", failure.run_id)
+    view = View(cohort, runs, run, graded, list(ungraded.values()))
+    for r in shown:
+        template = words["warning_unfinished" if r.expected else "warning_unfinished_count"]
+        view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
+                                             count=counts.get(r.id, 0), expected=r.expected))
+    stale = {}
+    for failure in failures:
+        if failure.key in latest:
+            stale.setdefault(failure.run_id, []).append(failure.key)
+    for failed_run, keys in sorted(stale.items()):
+        view.warnings.append(words["warning_failed"].format(run=failed_run, keys=_keys(dict.fromkeys(keys))))
+    if roster is not None:
+        _apply_roster(view, roster, words)
+    if not view.graded and not view.ungraded:
+        raise ReportError(f"{'run ' + str(run.id) if run else 'cohort'} of {cohort!r} has no results yet")
+    view.counts = dict(Counter(i.run_id for i in view.items if i.run_id is not None))
+    return view
+
+
+def _apply_roster(view, roster, words):
+    items = [*view.graded, *view.ungraded]
+    joined = rosters.join(roster, {i.key: i.submitters for i in items})
+    for item in items:
+        people = joined.people.get(item.key)
+        if people:
+            stored = item.submitters[0].name if len(item.submitters) == 1 else ""
+            item.submitters = [_named(p, stored or rosters.stem(item.key)) for p in people]
+    for person in joined.missing:
+        view.ungraded.append(Ungraded("", [person], "missing"))
+    for key, keys in joined.ambiguous:
+        view.warnings.append(words["warning_roster_ambiguous"].format(key=key, keys=_keys(keys)))
+    if joined.unmatched:
+        view.warnings.append(words["warning_not_in_roster"].format(keys=_keys(joined.unmatched)))
+
+
+def _named(person, fallback):
+    return person if person.name else rosters.Person(fallback, person.email, person.sid, person.login, person.section)
+
+
+def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=exports.FORMATS,
+                  assignment=exports.DEFAULT_ASSIGNMENT):
+    """Write every report of the cohort view (or of one run) into `out`; returns the View."""
+    view = build_view(store, cohort, config, run_id, roster)
+    graded = view.graded
     out = Path(out)
     private_folder(out / "students")
     (out / "students").chmod(0o700)  # made by an earlier version, maybe; it lists every student
     labels = feedback.catalog(config.language)["report"]
     env = environment()
-    write_gradebook(out / "gradebook.csv", graded, config)
-    page = {"labels": labels, "cohort": run.cohort, "language": config.language,
+    rows = rows_of(view.items, config)
+    write_gradebook(out / "gradebook.csv", rows, config)
+    view.export_warnings = exports.write(out, formats, rows, assignment, config.max_score, private_file, text_cell, labels)
+    page = {"labels": labels, "cohort": view.cohort, "language": config.language,
             "title": feedback.label("summary_title", config.language),
             "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
     for item in graded:
@@ -242,31 +422,41 @@ def write_reports(store, cohort, out, config, run_id=None):
             with private_file(out / "students" / f"{item.page}.{suffix}") as handle:
                 handle.write(text)
     per_property, per_class, top = summary_figures(graded, config)
-    totals = [g.total[0] for g in graded]
+    totals = [g.total[0] for g in graded] or [0.0]
     figures = plot(out, graded, per_property, per_class, config, labels)
     context = {
-        "cohort": run.cohort, "run": run, "labels": labels, "language": config.language, "graded": graded,
-        "max_score": config.max_score, "mean": statistics.fmean(totals), "median": statistics.median(totals),
-        "per_class": per_class, "per_property": per_property, "top": top, "figures": figures,
-        "scored_with": grading_yml_hash(config),
+        "cohort": view.cohort, "view": view, "labels": labels, "language": config.language, "items": view.items,
+        "graded": graded, "max_score": config.max_score, "mean": statistics.fmean(totals),
+        "median": statistics.median(totals), "per_class": per_class, "per_property": per_property, "top": top,
+        "figures": figures, "scored_with": grading_yml_hash(config),
+        "runs": [r for r in view.runs if view.run is None or r.id == view.run.id],
     }
     text = env.get_template("summary.html.j2").render(context)
     with private_file(out / "index.html") as handle:
         handle.write(text)
-    return run, graded
+    return view
 
 
 def cmd_report(args):
     config = grading_config.load(args.config, args.lang)
+    words = feedback.catalog(config.language)["report"]
+    formats = exports.FORMATS if not args.formats or "all" in args.formats else tuple(dict.fromkeys(args.formats))
     store = Store(args.db)
     try:
-        run, graded = write_reports(store, args.cohort, args.out, config, args.run_id)
-    except (StoreError, ReportError) as exc:
+        roster = rosters.read(args.roster) if args.roster else None
+        view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment)
+    except (StoreError, ReportError, rosters.RosterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         store.close()
-    print(f"run {run.id} of {run.cohort}: {len(graded)} submissions rescored with {args.config}; reports in {args.out}")
+    for warning in [*view.warnings, *view.export_warnings]:
+        print(f"{words['warnings']}: {warning}", file=sys.stderr)
+    described = (words["report_view_run"].format(run=view.run.id) if view.run else
+                 words["report_view_cohort"].format(runs=", ".join(map(str, sorted(view.counts)))))
+    statuses = Counter(i.status for i in view.items)
+    summary = ", ".join(f"{words['status_' + s]}: {statuses[s]}" for s in STATUSES if statuses[s])
+    print(words["report_done"].format(rows=len(view.items), view=described, out=args.out) + f": {summary}")
     return 0
 
 
@@ -274,10 +464,18 @@ def register(commands):
     from ..cli import _add_config_options
     from .batch import add_store_option
 
-    report = commands.add_parser("report", help="regenerate a cohort's gradebook, feedback pages and summary")
+    report = commands.add_parser("report",
+                                 help="regenerate a cohort's gradebook, LMS exports, feedback pages and summary")
     report.add_argument("--cohort", required=True)
     report.add_argument("--out", required=True, help="folder for the reports")
-    report.add_argument("--run", type=int, dest="run_id", help="run id (default: the cohort's latest)")
+    report.add_argument("--run", type=int, dest="run_id",
+                        help="show this run's results alone (default: the cohort view, each student's latest result)")
+    report.add_argument("--roster", help="CSV class list (key, name, sid, email[, login, section]) joined by key")
+    report.add_argument("--format", dest="formats", action="append", choices=(*exports.FORMATS, "all"),
+                        help="LMS export to write: canvas, moodle, gradescope or all (repeatable; default: all)")
+    report.add_argument("--assignment", default=exports.DEFAULT_ASSIGNMENT,
+                        help="column title of the score in canvas.csv and moodle.csv, e.g. 'Tarea 2' or "
+                             "'Tarea 2 (12345)' to hit an existing Canvas assignment by id (default: %(default)s)")
     add_store_option(report)
     _add_config_options(report)
     report.set_defaults(run=cmd_report)

@@ -11,13 +11,19 @@ cohort with an edited grading.yml without running anything again.
   gradings     one per submission actually graded: content hash, versions, time, peak memory
   outcomes     one per (grading, property), in grading.yml's order
   run_results  which grading stands for each submission in each run (new, or reused unchanged)
+  failures     submissions a run could not grade (grader failure): nothing else is stored for them
 
 Each submission's grading, outcomes and run_results row are written in one transaction, so a
 batch killed at any moment leaves only whole submissions behind. The next batch resumes the
-cohort's latest run if it is unfinished and was started with the same grader, grading.yml and
---regrade flag; otherwise it starts a new run and the unfinished one stays as it was (never
-resumed later: only the latest run can be). Resuming replaces the result of a submission whose
-content changed since it was recorded in that run.
+cohort's latest run if it is unfinished and was started with the same grader, grading.yml,
+--regrade flag, source folder and --only keys (its scope); otherwise it starts a new run and the
+unfinished one stays as it was (never resumed later: only the latest run can be). Resuming
+replaces the result of a submission whose content changed since it was recorded in that run.
+
+Two views are read back: a run's own results (results), and the cohort view (cohort_results):
+each submission's result in the latest run that has one, whether that run finished or not (each
+result is a whole grading). A run that grades a few students (a late submission, `--only`)
+changes only their rows of the cohort view.
 
 Every text written here (names, outcomes, cohort and source names) goes through text.clean, so
 no lone surrogate or control character can fail an insert; keys must come clean (batch makes
@@ -51,7 +57,7 @@ CREATE TABLE IF NOT EXISTS submitters (
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, cohort_id INTEGER NOT NULL REFERENCES cohorts(id), started_at TEXT NOT NULL,
     finished_at TEXT, grader_version TEXT NOT NULL, suite_hash TEXT NOT NULL, grading_yml TEXT NOT NULL,
-    source TEXT NOT NULL, regrade INTEGER NOT NULL);
+    source TEXT NOT NULL, regrade INTEGER NOT NULL, scope TEXT, expected INTEGER);
 CREATE TABLE IF NOT EXISTS gradings (
     id INTEGER PRIMARY KEY, submission_id INTEGER NOT NULL REFERENCES submissions(id),
     run_id INTEGER NOT NULL REFERENCES runs(id), content_hash TEXT NOT NULL, grader_version TEXT NOT NULL,
@@ -66,7 +72,11 @@ CREATE TABLE IF NOT EXISTS run_results (
     run_id INTEGER NOT NULL REFERENCES runs(id), submission_id INTEGER NOT NULL REFERENCES submissions(id),
     grading_id INTEGER NOT NULL REFERENCES gradings(id), reused INTEGER NOT NULL,
     PRIMARY KEY (run_id, submission_id));
+CREATE TABLE IF NOT EXISTS failures (
+    run_id INTEGER NOT NULL REFERENCES runs(id), submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    message TEXT NOT NULL, failed_at TEXT NOT NULL, PRIMARY KEY (run_id, submission_id));
 """
+ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER"))}  # stores written before they existed
 
 
 class StoreError(Exception):
@@ -90,6 +100,12 @@ class Run:
     suite_hash: str
     source: str
     regrade: bool
+    scope: tuple | None = None  # the --only keys it was begun with; None: the whole folder
+    expected: int | None = None  # how many submissions its folder held (or its --only keys)
+
+    @property
+    def finished(self):
+        return self.finished_at is not None
 
 
 @dataclass
@@ -104,6 +120,17 @@ class StoredResult:
     reused: bool
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
+    run_id: int | None = None  # the run this result was read from
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A submission that a run could not grade (the grader failed), and why."""
+
+    key: str
+    submitters: list
+    message: str
+    run_id: int
 
 
 def _now():
@@ -131,6 +158,11 @@ class Store:
         self.db.execute("PRAGMA foreign_keys=ON")
         with self.db:
             self.db.executescript(SCHEMA)
+            for table, columns in ADDED_COLUMNS.items():
+                have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+                for name, kind in columns:
+                    if name not in have:
+                        self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def close(self):
         self.db.close()
@@ -146,22 +178,30 @@ class Store:
         with self.db:
             return self.db.execute("INSERT INTO cohorts (name, created_at) VALUES (?, ?)", (name, _now())).lastrowid
 
-    def begin_run(self, cohort, grader_version, suite_hash, grading_yml, source, regrade):
+    def begin_run(self, cohort, grader_version, suite_hash, grading_yml, source, regrade, scope=None):
         """(run, resumed): the cohort's latest run if it is unfinished and was begun with the same grader,
-        suite and regrade flag, else a new one. An older unfinished run is never resumed: its results
-        would land in a run that reports no longer show."""
+        suite, regrade flag, source and scope (the --only keys, None for all), else a new one. An older
+        unfinished run is never resumed, and neither is one of another folder: a folder holding one late
+        submission must not finish (and so close) a run that the rest of the cohort left unfinished."""
         cohort_id = self.cohort_id(cohort, create=True)
+        scope_text = None if scope is None else json.dumps(sorted(scope), ensure_ascii=False)
         latest = self.db.execute(
-            "SELECT id, finished_at, grader_version, suite_hash, regrade FROM runs WHERE cohort_id = ?"
+            "SELECT id, finished_at, grader_version, suite_hash, regrade, source, scope FROM runs WHERE cohort_id = ?"
             " ORDER BY id DESC LIMIT 1", (cohort_id,)).fetchone()
-        if latest and latest[1:] == (None, grader_version, suite_hash, int(regrade)):
+        if latest and latest[1:] == (None, grader_version, suite_hash, int(regrade), clean(source), scope_text):
             return self.run(cohort, latest[0]), True
         with self.db:
             run_id = self.db.execute(
-                "INSERT INTO runs (cohort_id, started_at, grader_version, suite_hash, grading_yml, source, regrade)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (cohort_id, _now(), grader_version, suite_hash, grading_yml, clean(source), int(regrade))).lastrowid
+                "INSERT INTO runs (cohort_id, started_at, grader_version, suite_hash, grading_yml, source, regrade,"
+                " scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (cohort_id, _now(), grader_version, suite_hash, grading_yml, clean(source), int(regrade),
+                 scope_text)).lastrowid
         return self.run(cohort, run_id), False
+
+    def set_expected(self, run_id, count):
+        """Record how many submissions the run's folder (or its --only keys) holds, for reports' warnings."""
+        with self.db:
+            self.db.execute("UPDATE runs SET expected = ? WHERE id = ?", (count, run_id))
 
     def finish_run(self, run_id):
         with self.db:
@@ -169,9 +209,10 @@ class Store:
 
     def runs(self, cohort):
         rows = self.db.execute(
-            "SELECT id, started_at, finished_at, grader_version, suite_hash, source, regrade FROM runs"
-            " WHERE cohort_id = ? ORDER BY id", (self.cohort_id(cohort),)).fetchall()
-        return [Run(r[0], clean(cohort), *r[1:6], bool(r[6])) for r in rows]
+            "SELECT id, started_at, finished_at, grader_version, suite_hash, source, regrade, scope, expected"
+            " FROM runs WHERE cohort_id = ? ORDER BY id", (self.cohort_id(cohort),)).fetchall()
+        return [Run(r[0], clean(cohort), *r[1:6], bool(r[6]), None if r[7] is None else tuple(json.loads(r[7])), r[8])
+                for r in rows]
 
     def run(self, cohort, run_id=None):
         """A run of the cohort: the given one, or the latest."""
@@ -238,35 +279,84 @@ class Store:
                   json.dumps(clean_tree(o.example), ensure_ascii=False), o.duration, clean(o.output))
                  for i, o in enumerate(outcomes)])
             self._result(run, submission_id, grading_id, False, replace)
+            self._clear_failure(run, submission_id)
         return grading_id
 
     def record_reuse(self, run, key, submitters, grading_id, replace=False):
         """Let an earlier grading of unchanged content stand for this submission in this run."""
         with self.db:
-            self._result(run, self._submission(run, key, submitters), grading_id, True, replace)
+            submission_id = self._submission(run, key, submitters)
+            self._result(run, submission_id, grading_id, True, replace)
+            self._clear_failure(run, submission_id)
+
+    def record_failure(self, run, key, submitters, message):
+        """Note that this run could not grade the submission (the grader failed); a later success in
+        the same run (resuming) clears the note. Any result the run held for it stays."""
+        with self.db:
+            submission_id = self._submission(run, key, submitters)
+            self.db.execute(
+                "INSERT OR REPLACE INTO failures (run_id, submission_id, message, failed_at) VALUES (?, ?, ?, ?)",
+                (run.id, submission_id, clean(message), _now()))
+
+    def _clear_failure(self, run, submission_id):
+        self.db.execute("DELETE FROM failures WHERE run_id = ? AND submission_id = ?", (run.id, submission_id))
 
     # ---- reading ---------------------------------------------------------------------------------
+    _RESULT_COLUMNS = "s.id, s.key, g.id, g.content_hash, g.seconds, g.peak_rss_mib, r.reused, r.run_id"
+
     def results(self, run):
         """Every submission's StoredResult in a run, sorted by key, outcomes rebuilt as Outcome."""
-        rows = self.db.execute(
-            "SELECT s.id, s.key, g.id, g.content_hash, g.seconds, g.peak_rss_mib, r.reused FROM run_results r"
+        return self._results(self.db.execute(
+            f"SELECT {self._RESULT_COLUMNS} FROM run_results r"
             " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
-            " WHERE r.run_id = ? ORDER BY s.key", (run.id,)).fetchall()
+            " WHERE r.run_id = ? ORDER BY s.key", (run.id,)).fetchall())
+
+    def cohort_results(self, cohort, up_to=None):
+        """The cohort view: each submission's StoredResult from the latest run that has one (finished or
+        not: each result is a whole grading), sorted by key; `up_to` leaves out runs after that id. A
+        StoredResult's run_id says which run it comes from."""
+        limit = up_to if up_to is not None else -1
+        return self._results(self.db.execute(
+            f"SELECT {self._RESULT_COLUMNS} FROM run_results r"
+            " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
+            " WHERE s.cohort_id = ? AND r.run_id = (SELECT MAX(l.run_id) FROM run_results l"
+            "   WHERE l.submission_id = s.id AND (? < 0 OR l.run_id <= ?))"
+            " ORDER BY s.key", (self.cohort_id(cohort), limit, limit)).fetchall())
+
+    def _submitters(self, submission_id):
+        return [Submitter(*s) for s in self.db.execute(
+            "SELECT name, email, sid FROM submitters WHERE submission_id = ? ORDER BY position", (submission_id,))]
+
+    def _results(self, rows):
         results = []
-        for submission_id, key, grading_id, content_hash, seconds, peak, reused in rows:
-            submitters = [Submitter(*s) for s in self.db.execute(
-                "SELECT name, email, sid FROM submitters WHERE submission_id = ? ORDER BY position", (submission_id,))]
+        for submission_id, key, grading_id, content_hash, seconds, peak, reused, run_id in rows:
             outcomes = [
                 Outcome(cls, prop, status, code, json.loads(params), json.loads(example), duration, output)
                 for cls, prop, status, code, params, example, duration, output in self.db.execute(
                     "SELECT cls, prop, status, code, params, example, duration, output FROM outcomes"
                     " WHERE grading_id = ? ORDER BY position", (grading_id,))
             ]
-            results.append(StoredResult(key, submitters, outcomes, content_hash, grading_id, bool(reused), seconds, peak))
+            results.append(StoredResult(key, self._submitters(submission_id), outcomes, content_hash, grading_id,
+                                        bool(reused), seconds, peak, run_id))
         return results
+
+    def failures(self, cohort, run_id=None):
+        """Failure notes of one run, or of every run of the cohort, oldest run first."""
+        rows = self.db.execute(
+            "SELECT s.id, s.key, f.message, f.run_id FROM failures f JOIN submissions s ON s.id = f.submission_id"
+            " JOIN runs ON runs.id = f.run_id WHERE runs.cohort_id = ? AND (? IS NULL OR f.run_id = ?)"
+            " ORDER BY f.run_id, s.key", (self.cohort_id(cohort), run_id, run_id)).fetchall()
+        return [Failure(key, self._submitters(sid), message, run) for sid, key, message, run in rows]
+
+    def result_counts(self, cohort):
+        """{run id: how many results it holds} for every run of the cohort."""
+        return dict(self.db.execute(
+            "SELECT runs.id, COUNT(r.submission_id) FROM runs LEFT JOIN run_results r ON r.run_id = runs.id"
+            " WHERE runs.cohort_id = ? GROUP BY runs.id", (self.cohort_id(cohort),)))
 
     def count(self, table):
         """Rows in one of the store's tables (for summaries and checks)."""
-        if table not in ("cohorts", "submissions", "submitters", "runs", "gradings", "outcomes", "run_results"):
+        if table not in ("cohorts", "submissions", "submitters", "runs", "gradings", "outcomes", "run_results",
+                         "failures"):
             raise ValueError(f"unknown table {table!r}")
         return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]

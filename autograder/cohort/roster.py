@@ -1,0 +1,151 @@
+"""A class list (`report --roster roster.csv`) that gives each submission its students.
+
+A plain folder names submissions after files (`ana.py`), so its cohort knows no SID or email,
+and LMS imports cannot match such rows. The roster is a CSV file, UTF-8 (with or without a BOM,
+as Excel's "CSV UTF-8" writes it), comma-, semicolon- or tab-separated, with a header row. Its
+columns, by header (case and accents as written here, or the alternatives in ALIASES):
+
+  key      the submission's key in the cohort: its file or folder name (`ana.py`, `ana`), or
+           that name without .py/.zip/.ipynb; for a Gradescope export, `submission_N`
+  name     the student's full name
+  sid      student id (Canvas "SIS User ID", Moodle "ID number", Gradescope "SID")
+  email    email address (Moodle and Gradescope match on it)
+  login    login / username (Canvas "SIS Login ID", Moodle "username")      optional
+  section  Canvas section name                                              optional
+
+A row matches the submission whose key equals its key, or whose key without suffix does
+(case-insensitively); a row with an empty key matches a submission whose stored submitters
+(a Gradescope export's) have the same email, or else the same sid. Several rows with the same
+key are a group: each becomes a row of the gradebook. A roster row that matches no submission
+is a student without one ("no submission" rows); a submission no row matches keeps its stored
+names and is listed in the report's warnings.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..text import clean
+
+SUFFIXES = (".py", ".zip", ".ipynb")
+ALIASES = {
+    "key": ("key", "submission", "file", "folder", "clave", "entrega", "archivo", "carpeta"),
+    "name": ("name", "full name", "student", "nombre", "nombre completo", "estudiante"),
+    "sid": ("sid", "student id", "sis user id", "id number", "idnumber", "matricula", "legajo", "rut", "dni"),
+    "email": ("email", "e-mail", "mail", "email address", "correo", "correo electronico"),
+    "login": ("login", "username", "user", "sis login id", "usuario"),
+    "section": ("section", "seccion", "grupo"),
+}
+
+
+class RosterError(Exception):
+    """The roster file cannot be read, or lacks the columns to match submissions by."""
+
+
+@dataclass(frozen=True)
+class Person:
+    """A student as the reports show and export them (Submitter's fields, and a roster's extra two)."""
+
+    name: str = ""
+    email: str = ""
+    sid: str = ""
+    login: str = ""
+    section: str = ""
+
+
+@dataclass(frozen=True)
+class Roster:
+    rows: tuple  # (key, Person), in file order
+    path: str = ""
+
+
+def _plain(header):
+    """A header as compared with ALIASES: lowercase, accents dropped, `_` and runs of spaces as one space."""
+    text = unicodedata.normalize("NFKD", header.strip().lower().lstrip("\ufeff"))
+    text = "".join(c for c in text if not unicodedata.combining(c)).replace("_", " ")
+    return " ".join(text.split())
+
+
+def read(path):
+    """The roster at `path` (RosterError if unreadable, not UTF-8, or without key, email and sid columns)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise RosterError(f"cannot read the roster {path}: {exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RosterError(f"{path} is not UTF-8: save it as 'CSV UTF-8' and try again") from None
+    try:
+        dialect = csv.Sniffer().sniff(text.partition("\n")[0], delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel
+    table = list(csv.reader(io.StringIO(text, newline=""), dialect))
+    if not table:
+        raise RosterError(f"{path} is empty")
+    columns = {}
+    for index, header in enumerate(table[0]):
+        for field, names in ALIASES.items():
+            if _plain(header) in names and field not in columns:
+                columns[field] = index
+    if not {"key", "email", "sid"} & columns.keys():
+        raise RosterError(f"{path}: no 'key', 'email' or 'sid' column to match submissions by "
+                          f"(its header: {', '.join(table[0])})")
+    rows = []
+    for line in table[1:]:
+        values = {f: clean(line[i]).strip() if i < len(line) else "" for f, i in columns.items()}
+        if not any(values.values()):
+            continue
+        person = Person(values.get("name", ""), values.get("email", ""), values.get("sid", ""),
+                        values.get("login", ""), values.get("section", ""))
+        rows.append((values.get("key", ""), person))
+    return Roster(tuple(rows), str(path))
+
+
+def stem(key):
+    """A key without its submission suffix: `ana.py` -> `ana`."""
+    base, dot, suffix = key.rpartition(".")
+    return base if dot and base and f".{suffix}" in SUFFIXES else key
+
+
+@dataclass
+class Joined:
+    """What a roster did to a cohort: people per submission key, and what did not match."""
+
+    people: dict  # key -> [Person]
+    missing: list  # Person of roster rows that match no submission
+    unmatched: list  # submission keys no roster row matches
+    ambiguous: list  # (roster key, [submission keys]) of rows that match several submissions
+
+
+def join(roster, submissions):
+    """Match roster rows to `submissions` ({key: stored submitters}); see the module's docstring."""
+    by_key, by_stem, by_email, by_sid = {}, {}, {}, {}
+    for key, people in submissions.items():
+        by_key.setdefault(key.casefold(), []).append(key)
+        by_stem.setdefault(stem(key).casefold(), []).append(key)
+        for person in people:
+            if person.email:
+                by_email.setdefault(person.email.casefold(), []).append(key)
+            if person.sid:
+                by_sid.setdefault(person.sid, []).append(key)
+    joined = Joined({}, [], [], [])
+    for key, person in roster.rows:
+        if key:
+            found = by_key.get(key.casefold()) or by_stem.get(stem(key).casefold(), [])
+        else:
+            found = by_email.get(person.email.casefold(), []) if person.email else []
+            found = found or (by_sid.get(person.sid, []) if person.sid else [])
+        found = list(dict.fromkeys(found))
+        if not found:
+            joined.missing.append(person)
+            continue
+        if len(found) > 1:
+            joined.ambiguous.append((key or person.email or person.sid, found))
+        for match in found:
+            joined.people.setdefault(match, []).append(person)
+    joined.unmatched = [key for key in submissions if key not in joined.people]
+    return joined

@@ -1,0 +1,421 @@
+"""A TA's cohort workflow (issue 11): the cohort view across runs, late submissions and --only
+regrades, the Status column, LMS exports against their documented layouts, the roster join, and
+diff and batch summaries in the report's language.
+
+Stores are filled through the Store API with hand-made outcomes, or by batches whose executor
+answers at once (Instant), so nothing here grades for real and the whole file takes seconds.
+"""
+import csv
+import io
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from autograder import config as grading_config
+from autograder.cli import main
+from autograder.cohort import batch, diff, exports, report, roster
+from autograder.cohort.executor import Result
+from autograder.cohort.store import Store, Submitter
+from autograder.grade import suite_version
+from autograder.outcomes import Outcome
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = grading_config.load()
+ENGLISH = grading_config.load(language="en")
+STUB = (ROOT / "assignments" / "attention" / "attention.py").read_text(encoding="utf-8")
+QUIET = Console(file=io.StringIO())
+SCALE = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0, "expected": 0.25, "d_k": 16})
+SDPA = Outcome("CausalSelfAttention", "fused_calls_sdpa", "failed", "sdpa_not_called")
+BOM = b"\xef\xbb\xbf"
+
+
+def outcomes(*failures):
+    failed = {(o.cls, o.prop): o for o in failures}
+    return [failed.get((p.cls, p.name), Outcome(p.cls, p.name, "passed")) for p in CONFIG.properties]
+
+
+def unreadable():
+    return [Outcome(p.cls, p.name, "error", "load.bad_zip", {"error": "File is not a zip file"})
+            for p in CONFIG.properties]
+
+
+class Instant:
+    """An executor that runs nothing: each task gets `outcomes` at once and is remembered;
+    with stop_after=N, Ctrl-C arrives after N tasks."""
+
+    slots = 1
+
+    def __init__(self, outcomes=None, stop_after=None):
+        self.outcomes = outcomes or globals()["outcomes"]()
+        self.stop_after = stop_after
+        self.tasks = []
+
+    def run(self, tasks):
+        for task in tasks:
+            if len(self.tasks) == self.stop_after:
+                raise KeyboardInterrupt
+            self.tasks.append(task)
+            yield task, Result([o.as_dict() for o in self.outcomes], "", 1.0, 0.1)
+
+    def close(self, cancel=False):
+        pass
+
+    @property
+    def keys(self):
+        return [task.key for task in self.tasks]
+
+
+def run_batch(folder, store, executor, regrade=False, only=None):
+    return batch.run_batch(folder, "c", store, CONFIG, lambda: executor, regrade, QUIET, only)
+
+
+def write_folder(folder, names, marker=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text(STUB + f"# {name}{marker}\n", encoding="utf-8")
+    return folder
+
+
+def record(store, results, source="/cohort", finish=True, config=CONFIG):
+    version, suite = suite_version(config)
+    run, _ = store.begin_run("c", version, suite, config.source, source, False)
+    for key, people, graded in results:
+        store.record_grading(run, key, people, "hash-" + key, graded)
+    if finish:
+        store.finish_run(run.id)
+    return run
+
+
+def read_csv(path, encoding="utf-8"):
+    with open(path, encoding=encoding, newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def gradebook(path):
+    with open(path, encoding="utf-8", newline="") as handle:
+        return {row["Submission"] or row["Name"]: row for row in csv.DictReader(handle)}
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    yield store
+    store.close()
+
+
+# ---- the cohort view across runs ----------------------------------------------------------------
+def test_an_interrupted_run_is_warned_about_and_its_rerun_completes_the_view(store, tmp_path, capsys):
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
+    first = run_batch(folder, store, Instant(stop_after=1))
+    assert first.interrupted
+    view = report.write_reports(store, "c", tmp_path / "early", CONFIG)
+    assert [g.key for g in view.graded] == ["a.py"]
+    [warning] = view.warnings
+    assert "La corrida 1" in warning and "1 de 3" in warning and "no terminó" in warning
+    assert warning in (tmp_path / "early" / "index.html").read_text(encoding="utf-8")
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "cli"), "--db", str(store.path)]) == 0
+    assert "no terminó" in capsys.readouterr().err  # on screen too
+
+    again = run_batch(folder, store, Instant())
+    assert again.resumed and again.run_id == first.run_id
+    view = report.write_reports(store, "c", tmp_path / "done", CONFIG)
+    assert [g.key for g in view.graded] == ["a.py", "b.py", "c.py"] and view.warnings == []
+    assert "no terminó" not in (tmp_path / "done" / "index.html").read_text(encoding="utf-8")
+
+
+def test_an_interrupted_regrade_keeps_everyone_in_the_view_with_the_run_of_each_row(store, tmp_path):
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
+    run_batch(folder, store, Instant())
+    regrade = run_batch(folder, store, Instant(outcomes(SCALE), stop_after=1), regrade=True)
+    assert regrade.interrupted and regrade.run_id == 2
+    view = report.write_reports(store, "c", tmp_path / "out", CONFIG)
+    rows = gradebook(tmp_path / "out" / "gradebook.csv")
+    assert {k: (r["Run"], r["Total Score"]) for k, r in rows.items()} == {
+        "a.py": ("2", "46"), "b.py": ("1", "48"), "c.py": ("1", "48")}
+    assert any("La corrida 2" in w and "1 de 3" in w for w in view.warnings)
+    page = (tmp_path / "out" / "students" / f"{report.page_name('a.py')}.md").read_text(encoding="utf-8")
+    assert "Corrida 2" in page
+    one_run = report.write_reports(store, "c", tmp_path / "run2", CONFIG, run_id=2)  # --run N: that run alone
+    assert [g.key for g in one_run.graded] == ["a.py"] and one_run.run.id == 2
+
+
+def test_a_late_submission_batched_alone_adds_or_replaces_only_that_student(store, tmp_path):
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
+    run_batch(folder, store, Instant())
+    late = write_folder(tmp_path / "late", ["d.py"])
+    added = run_batch(late, store, Instant(outcomes(SCALE)))
+    assert not added.resumed and added.graded == 1
+    reupload = write_folder(tmp_path / "reupload", ["b.py"], marker=" v2")
+    replaced = run_batch(reupload, store, Instant(outcomes(SDPA)))
+    assert replaced.graded == 1 and [r.finished_at is not None for r in store.runs("c")] == [True, True, True]
+    report.write_reports(store, "c", tmp_path / "out", CONFIG)
+    rows = gradebook(tmp_path / "out" / "gradebook.csv")
+    assert {k: (r["Run"], r["Total Score"]) for k, r in rows.items()} == {
+        "a.py": ("1", "48"), "b.py": ("3", "47"), "c.py": ("1", "48"), "d.py": ("2", "46")}
+
+
+def test_a_late_folder_never_finishes_the_interrupted_run_of_the_whole_cohort(store, tmp_path):
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
+    run_batch(folder, store, Instant(stop_after=1))
+    late = run_batch(write_folder(tmp_path / "late", ["d.py"]), store, Instant())
+    assert not late.resumed and late.run_id == 2
+    assert [r.finished_at is None for r in store.runs("c")] == [True, False]
+    view = report.build_view(store, "c", CONFIG)
+    assert sorted(g.key for g in view.graded) == ["a.py", "d.py"]
+    assert any("La corrida 1" in w for w in view.warnings)
+    rest = Instant()
+    final = run_batch(folder, store, rest)  # the same command: a new run, a.py kept, b and c graded
+    assert rest.keys == ["b.py", "c.py"] and final.reused == 1
+    view = report.build_view(store, "c", CONFIG)
+    assert sorted(g.key for g in view.graded) == ["a.py", "b.py", "c.py", "d.py"]
+    assert view.warnings == []  # run 1 is superseded by run 3, a finished run of the same folder
+
+
+def test_only_grades_the_named_entries_and_keeps_the_rest(store, tmp_path):
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
+    run_batch(folder, store, Instant())
+    write_folder(folder, ["a.py", "b.py"], marker=" changed")
+    one = Instant(outcomes(SCALE))
+    summary = run_batch(folder, store, one, only=["a"])  # the name without .py is enough
+    assert one.keys == ["a.py"] and summary.graded == 1
+    assert store.runs("c")[-1].scope == ("a.py",) and store.runs("c")[-1].finished_at
+    view = report.build_view(store, "c", CONFIG)
+    assert {g.key: (g.run_id, g.total[0]) for g in view.graded} == {"a.py": (2, 46), "b.py": (1, 48), "c.py": (1, 48)}
+
+    unchanged = Instant()
+    kept = run_batch(folder, store, unchanged, only=["c.py"])
+    assert unchanged.keys == [] and kept.reused == 1  # nothing changed: kept, unless --regrade
+    forced = Instant(outcomes(SDPA))
+    run_batch(folder, store, forced, regrade=True, only=["c.py"])
+    assert forced.keys == ["c.py"]
+    with pytest.raises(batch.BatchError, match="nobody"):
+        run_batch(folder, store, Instant(), only=["nobody"])
+
+
+def test_only_on_the_command_line_and_the_summary_names_unreadable_students(store, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py"])
+    (folder / "roto.zip").write_bytes(b"not a zip at all")
+    executors = []
+    monkeypatch.setattr(batch, "LocalExecutor", lambda *args: executors.append(Instant()) or executors[-1])
+    db = str(store.path)
+    assert main(["batch", str(folder), "--cohort", "c", "--db", db]) == 0
+    err = capsys.readouterr().err
+    assert "ilegibles: 1" in err and "ilegible roto.zip: El .zip no se pudo abrir" in err
+    assert main(["batch", str(folder), "--cohort", "c", "--db", db, "--only", "b.py", "--regrade", "--lang", "en"]) == 0
+    err = capsys.readouterr().err
+    assert executors[-1].keys == ["b.py"] and "1 graded" in err and "roto.zip" not in err
+    assert main(["batch", str(folder), "--cohort", "c", "--db", db, "--only", "zz"]) == 2
+    assert "--only zz" in capsys.readouterr().err
+
+
+# ---- the Status column -------------------------------------------------------------------------------
+def test_the_gradebook_tells_unreadable_and_grader_failures_from_honest_zeros(store, tmp_path):
+    grader_error = Outcome("SelfAttention", "shapes", "error", "grader_error", {"error": "KeyError: x"})
+    zero = [Outcome(p.cls, p.name, "failed", "not_a_tensor", {"what": "output"}) for p in CONFIG.properties]
+    run = record(store, [("ana.py", [Submitter("Ana", "ana@x.edu", "1")], outcomes()),
+                         ("bad.zip", [Submitter("bad")], unreadable()),
+                         ("cero.py", [Submitter("cero")], zero),
+                         ("flaky.py", [Submitter("flaky")], outcomes(grader_error))], finish=False)
+    store.record_failure(run, "lost.py", [Submitter("lost")], "GraderFailure: the slot died")
+    report.write_reports(store, "c", tmp_path / "es", CONFIG)
+    rows = gradebook(tmp_path / "es" / "gradebook.csv")
+    assert {k: (r["Status"], r["Total Score"], r["Run"]) for k, r in rows.items()} == {
+        "ana.py": ("corregida", "48", "1"), "bad.zip": ("ilegible", "0", "1"), "cero.py": ("corregida", "0", "1"),
+        "flaky.py": ("falla del corrector", "47", "1"), "lost.py": ("falla del corrector", "", "1")}
+    index = (tmp_path / "es" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r"<td>bad</td><td class=\"unreadable\">ilegible</td>", index)
+    report.write_reports(store, "c", tmp_path / "en", ENGLISH)
+    rows = gradebook(tmp_path / "en" / "gradebook.csv")
+    assert [rows[k]["Status"] for k in ("ana.py", "bad.zip", "flaky.py", "lost.py")] == [
+        "graded", "unreadable", "grader failure", "grader failure"]
+
+
+def test_a_grader_failure_after_a_grading_keeps_the_grading_and_is_warned_about(store, tmp_path):
+    record(store, [("a.py", [Submitter("a")], outcomes())])
+    version, suite = suite_version(CONFIG)
+    second, _ = store.begin_run("c", version, suite, CONFIG.source, "/regrade", True)
+    store.record_failure(second, "a.py", [Submitter("a")], "boom")
+    view = report.build_view(store, "c", ENGLISH)
+    assert [(g.key, g.run_id, g.status) for g in view.graded] == [("a.py", 1, "graded")]
+    assert any("In run 2 the grader failed on: a.py" in w for w in view.warnings)
+    store.record_grading(second, "a.py", [Submitter("a")], "hash-a", outcomes(SCALE))  # resumed: the note goes
+    assert store.count("failures") == 0
+
+
+# ---- exports -----------------------------------------------------------------------------------------
+@pytest.fixture
+def mixed(store):
+    run = record(store, [
+        ("ana.py", [Submitter("Ana Pérez", "ana@x.edu", "2024001")], outcomes()),
+        ("grupo", [Submitter("Luis", "luis@x.edu", "7"), Submitter("=Eve", "eve@x.edu", "8")], outcomes(SCALE)),
+        ("bad.zip", [Submitter("Bad", "bad@x.edu", "9")], unreadable()),
+    ], finish=False)
+    store.record_failure(run, "lost.py", [Submitter("Lost", "lost@x.edu", "10")], "boom")
+    return store
+
+
+def canvas_header_ok(header):
+    """The checks of canvas-lms GradebookImporter#header? and #update_column_count for this layout."""
+    return (len(header) > 3 and "Student" in header[0] and "ID" in header[1]
+            and re.search(r"SIS\s+User\s+ID", header[2]) and re.search(r"SIS\s+Login\s+ID", header[3])
+            and "Section" in header[4])
+
+
+def test_canvas_export_follows_canvas_gradebook_import_layout(mixed, tmp_path):
+    report.write_reports(mixed, "c", tmp_path / "out", CONFIG, formats=("canvas",), assignment="Tarea 2 (123)")
+    raw = (tmp_path / "out" / "canvas.csv").read_bytes()
+    assert raw.startswith(BOM)
+    assert not (tmp_path / "out" / "moodle.csv").exists() and not (tmp_path / "out" / "gradescope.csv").exists()
+    rows = read_csv(tmp_path / "out" / "canvas.csv", "utf-8-sig")
+    header, points, *students = rows
+    assert header == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Tarea 2 (123)"]
+    assert canvas_header_ok(header) and "Student" in raw[:20].decode("utf-8")  # the BOM does not hide it
+    assert "Points Possible" in points[0] and points[5] == "48" and points[1:5] == ["", "", "", ""]
+    assert students == [["Ana Pérez", "", "2024001", "", "", "48"], ["Bad", "", "9", "", "", "0"],
+                        ["Luis", "", "7", "", "", "46"], ["'=Eve", "", "8", "", "", "46"]]  # no lost.py: no score
+
+
+def test_moodle_export_has_the_columns_moodle_maps_users_from(mixed, tmp_path):
+    report.write_reports(mixed, "c", tmp_path / "out", CONFIG, formats=("moodle",))
+    assert (tmp_path / "out" / "moodle.csv").read_bytes().startswith(BOM)
+    header, *students = read_csv(tmp_path / "out" / "moodle.csv", "utf-8-sig")
+    assert header == ["Full name", "ID number", "Email address", "Username", exports.DEFAULT_ASSIGNMENT]
+    assert {r[2]: r[4] for r in students} == {"ana@x.edu": "48", "bad@x.edu": "0", "luis@x.edu": "46",
+                                               "eve@x.edu": "46"}
+    assert all(r[4] != "" for r in students)  # Moodle would clear a grade given as empty
+
+
+def test_gradescope_export_is_a_roster_with_gradescope_score_columns(mixed, tmp_path):
+    report.write_reports(mixed, "c", tmp_path / "out", CONFIG, formats=("gradescope",))
+    raw = (tmp_path / "out" / "gradescope.csv").read_bytes()
+    assert not raw.startswith(BOM) and raw.decode("utf-8")
+    with open(tmp_path / "out" / "gradescope.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["Name", "SID", "Email", "Total Score", "Max Points", "Status"]
+    assert {r["Email"]: (r["Name"], r["SID"], r["Total Score"], r["Max Points"], r["Status"]) for r in rows} == {
+        "ana@x.edu": ("Ana Pérez", "2024001", "48", "48", "Graded"), "bad@x.edu": ("Bad", "9", "0", "48", "Graded"),
+        "luis@x.edu": ("Luis", "7", "46", "48", "Graded"), "eve@x.edu": ("'=Eve", "8", "46", "48", "Graded"),
+        "lost@x.edu": ("Lost", "10", "", "48", "Ungraded")}
+    assert len({r["Email"] for r in rows}) == len(rows)  # Gradescope wants unique emails
+
+
+def test_report_writes_every_export_by_default_and_warns_about_rows_it_cannot_place(store, tmp_path, capsys):
+    record(store, [("ana.py", [Submitter("ana")], outcomes())])
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                 "--lang", "en"]) == 0
+    assert {p.name for p in (tmp_path / "out").glob("*.csv")} == {
+        "gradebook.csv", "canvas.csv", "moodle.csv", "gradescope.csv"}
+    err = capsys.readouterr().err
+    assert "moodle.csv: 1 row(s) without Email address / ID number / Username" in err
+    assert "canvas.csv: 1 row(s) without SIS User ID / SIS Login ID: Canvas will look them up by name alone" in err
+
+
+# ---- roster ----------------------------------------------------------------------------------------------
+def test_a_roster_fills_sid_and_email_of_a_plain_folder_cohort_by_key(store, tmp_path, capsys):
+    record(store, [("ana.py", [Submitter("ana")], outcomes()), ("luis", [Submitter("luis")], outcomes(SCALE)),
+                   ("extra.zip", [Submitter("extra")], unreadable())])
+    path = tmp_path / "roster.csv"
+    path.write_bytes(BOM + "Clave;Nombre;Matrícula;Correo;Usuario;Sección\n"
+                           "ana;Ana Pérez;2024001;ana@x.edu;aperez;A\n"
+                           "LUIS;;7;luis@x.edu;;B\n"
+                           "pablo;Pablo;3;pablo@x.edu;;A\n".encode("utf-8"))
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                 "--roster", str(path)]) == 0
+    rows = gradebook(tmp_path / "out" / "gradebook.csv")
+    assert {k: (r["Name"], r["SID"], r["Email"], r["Status"]) for k, r in rows.items()} == {
+        "ana.py": ("Ana Pérez", "2024001", "ana@x.edu", "corregida"),
+        "luis": ("luis", "7", "luis@x.edu", "corregida"),  # no name in the roster: the stored one stays
+        "extra.zip": ("extra", "", "", "ilegible"),
+        "Pablo": ("Pablo", "3", "pablo@x.edu", "sin entrega")}
+    assert "extra.zip" in capsys.readouterr().err  # not in the roster: warned
+    canvas = read_csv(tmp_path / "out" / "canvas.csv", "utf-8-sig")
+    assert ["Ana Pérez", "", "2024001", "aperez", "A", "48"] in canvas and ["luis", "", "7", "", "B", "46"] in canvas
+
+
+def test_a_roster_without_keys_matches_by_email(store):
+    record(store, [("submission_1", [Submitter("Ana", "Ana@X.edu", "")], outcomes())])
+    joined = roster.join(roster.Roster((("", roster.Person("Ana Pérez", "ana@x.edu", "1", "ap", "S1")),)),
+                         {"submission_1": [Submitter("Ana", "Ana@X.edu", "")]})
+    assert joined.people == {"submission_1": [roster.Person("Ana Pérez", "ana@x.edu", "1", "ap", "S1")]}
+    assert joined.missing == [] and joined.unmatched == []
+
+
+def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
+    record(store, [("ana.py", [Submitter("ana")], outcomes())])
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes("key,name\nana,Ana Pérez\n".encode("latin-1"))
+    nokey = tmp_path / "nokey.csv"
+    nokey.write_text("nombre,nota\nAna,7\n", encoding="utf-8")
+    for path, message in ((latin, "not UTF-8"), (nokey, "no 'key', 'email' or 'sid' column")):
+        with pytest.raises(roster.RosterError, match=message):
+            roster.read(path)
+        assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                     "--roster", str(path)]) == 2
+        assert message in capsys.readouterr().err
+
+
+# ---- diff and the report's language ----------------------------------------------------------------------
+def test_diff_speaks_spanish_and_does_not_cut_property_names(store, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    record(store, [("submission_with_a_long_key", [Submitter("Ana María Pérez González")], outcomes()),
+                   ("b", [Submitter("Beto")], outcomes())])
+    record(store, [("submission_with_a_long_key", [Submitter("Ana María Pérez González")], outcomes(SDPA))],
+           source="/only")
+    assert main(["diff", "c", "--db", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert "correcto → incorrecto" in out and "passed" not in out
+    assert "entrega" in out and "estudiante" in out and "1 puntaje(s) cambiaron, 1 entrega(s) difieren" in out
+    assert "CausalSelfAttention.fused_calls_sdpa:" in out and "…" not in out  # whole, on one line
+    assert "Beto" not in out  # the latest run graded one student: the cohort view of the rest is unchanged
+    assert main(["diff", "c", "--db", str(store.path), "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "passed → failed" in out and "1 score(s) changed" in out
+
+
+def test_diff_of_two_runs_by_number_still_compares_those_runs(store):
+    record(store, [("a", [], outcomes()), ("b", [], outcomes())])
+    record(store, [("a", [], outcomes(SCALE))])
+    old_label, old = diff.side(store, "c:1")
+    new_label, new = diff.side(store, "c:2")
+    changes = diff.compare(old, new, CONFIG)
+    assert (old_label, new_label) == ("c:1", "c:2")
+    assert [(c.key, c.old, c.new) for c in changes] == [("a", 48, 46), ("b", 48, None)]
+    label, view = diff.side(store, "c", "es")
+    assert label == "c (corridas hasta la 2)" and {r.key: r.run_id for r in view} == {"a": 2, "b": 1}
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_print_changes_folds_long_text_on_a_narrow_terminal(width):
+    console = Console(file=io.StringIO(), width=width)
+    change = diff.Change("k" * 40, "n" * 30, 48, 45, (("CausalSelfAttention", "fused_calls_sdpa", "passed", "timeout"),))
+    diff.print_changes([change], "c:1", "c:2", console, "es")
+    lines = console.file.getvalue().splitlines()
+    assert "…" not in "".join(lines) and max(map(len, lines)) <= width
+    cells = [line.split("│") for line in lines if line.startswith("│")]
+    column = lambda i: "".join(cell[i].strip() for cell in cells)  # noqa: E731  (a column, folded lines joined)
+    assert column(1) == "k" * 40 and column(2) == "n" * 30  # folded over lines, not cut
+    assert column(-2).replace(" ", "") == "CausalSelfAttention.fused_calls_sdpa:correcto→tiempoagotado"
+
+
+# ---- the store ---------------------------------------------------------------------------------------------
+def test_a_store_from_before_run_scopes_is_upgraded_when_opened(tmp_path):
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    with old:
+        old.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, cohort_id INTEGER NOT NULL, started_at TEXT NOT NULL,"
+                    " finished_at TEXT, grader_version TEXT NOT NULL, suite_hash TEXT NOT NULL,"
+                    " grading_yml TEXT NOT NULL, source TEXT NOT NULL, regrade INTEGER NOT NULL)")
+        old.execute("CREATE TABLE cohorts (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL)")
+        old.execute("INSERT INTO cohorts VALUES (1, 'c', 'then')")
+        old.execute("INSERT INTO runs VALUES (1, 1, 'then', NULL, 'v', 's', 'y', '/f', 0)")
+    old.close()
+    store = Store(path)
+    [run] = store.runs("c")
+    assert (run.scope, run.expected, run.finished) == (None, None, False)
+    again, resumed = store.begin_run("c", "v", "s", "y", "/f", False)
+    assert resumed and again.id == 1
+    store.close()
