@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from . import __version__, results, scoring, submission
 from .outcomes import Outcome
+from .package.lock import outcome_versions
 from .worker.client import Worker
 from .worker.sandbox import close_project, interpreter_folders, open_way_to, protect_paths, worker_uid
 
@@ -74,6 +75,7 @@ def suite_version(config):
     for path in sorted(p for pattern in OUTCOME_SOURCES for p in package.glob(pattern)):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     settings = {
+        "versions": outcome_versions(),  # hypothesis, torch, numpy, pytest: their upgrades change examples
         "max_examples": config.max_examples, "seed": config.seed,
         "limits": dataclasses.asdict(config.limits), "properties": sorted((p.cls, p.name) for p in config.properties),
     }

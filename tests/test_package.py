@@ -2,6 +2,7 @@
 
 The Gradescope runs unpack autograder.zip into a fake /autograder root (AUTOGRADER_ROOT) and use
 the current interpreter (AUTOGRADER_PYTHON) instead of the venv that setup.sh would install.
+Also: the notice run_autograder leaves when the grader cannot grade, and setup.sh's self-check.
 """
 import ast
 import hashlib
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.gradescope import previous_line
+from autograder.gradescope import FAILURE_OUTPUT, failure_results, previous_line
 from autograder.package import build as builder
+from autograder.package import lock, selfcheck
 from test_results_schema import VALIDATOR  # tests/ is on sys.path: the schema is read in one place
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,11 +67,18 @@ def dist(tmp_path_factory):
 
 
 def test_gradescope_zip_holds_exactly_the_grader(dist):
-    expected = sorted(["setup.sh", "run_autograder", "requirements.txt", "grading.yml", *package_files("")])
+    expected = sorted(["setup.sh", "run_autograder", "requirements.txt", "grading.yml", "failure_results.json",
+                       "selfcheck/attention.py", "selfcheck/results.schema.json", *package_files("")])
     names = zip_names(dist / "autograder.zip")
     assert names == expected
     assert {"autograder/properties/test_self_attention.py", "autograder/worker/child.py"} <= set(names)
     assert not [n for n in names if n.startswith(("solutions/", "tests/", "assignments/")) or "__pycache__" in n]
+    with zipfile.ZipFile(dist / "autograder.zip") as archive:  # the self-check's stub is the public handout's
+        assert archive.read("selfcheck/attention.py") == (ROOT / "assignments" / "attention" / "attention.py").read_bytes()
+        assert archive.read("selfcheck/results.schema.json") == (ROOT / "tests" / "gradescope_results.schema.json").read_bytes()
+        notice = json.loads(archive.read("failure_results.json"))
+    assert notice == failure_results("start")
+    VALIDATOR.validate(notice)
 
 
 def test_gradescope_scripts_are_executable_and_use_their_own_python(dist, tmp_path):
@@ -82,9 +91,15 @@ def test_gradescope_scripts_are_executable_and_use_their_own_python(dist, tmp_pa
     for script in ("setup.sh", "run_autograder"):
         checked = subprocess.run(["bash", "-n", str(tmp_path / script)], capture_output=True, text=True)
         assert checked.returncode == 0, checked.stderr
-    assert "VENV=/opt/attention-venv" in setup and 'python3 -m venv "$VENV"' in setup
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in requirements
-    assert "torch>=2.3,<2.14" in requirements.splitlines()
+    assert "VENV=/opt/attention-venv" in setup and '"$PY" -m venv "$VENV"' in setup
+    assert setup.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in setup
+    # the image build ends with the self-check: its failure fails the build
+    assert setup.rstrip().splitlines()[-1] == '"$VENV/bin/python" -E -m autograder.package.selfcheck'
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in requirements.splitlines()
+    shipped = lock.parse(requirements)
+    assert shipped.pins["torch"] == lock.read().pins["torch"] == "2.13.0+cpu"
+    assert "# python: {}.{}".format(*lock.read().python) in requirements.splitlines()
+    assert "matplotlib" not in requirements and "contourpy" not in requirements  # reports only
 
 
 def test_student_zip_holds_the_handout_only(dist):
@@ -153,8 +168,10 @@ def test_previous_line_counts_only_visible_tests_of_the_latest_submission(tmp_pa
     assert previous_line(tmp_path / "missing.json", "es") == ""
 
 
-def run_gradescope(dist, root, filename, source_text, earlier):
-    """Unpack autograder.zip into a fake /autograder at root, run run_autograder: (process, results)."""
+def run_gradescope(dist, root, filename, source_text, earlier, env=None, prepare=None):
+    """Unpack autograder.zip into a fake /autograder at root, run run_autograder: (process, results).
+
+    env: variables added to the run's environment; prepare(root): called before the run."""
     with zipfile.ZipFile(dist / "autograder.zip") as archive:
         archive.extractall(root / "source")
     (root / "submission").mkdir()
@@ -164,7 +181,9 @@ def run_gradescope(dist, root, filename, source_text, earlier):
         "id": 1, "created_at": "2025-03-02T10:00:00.000000-03:00", "previous_submissions": earlier,
         "users": [{"email": "ana@example.com", "id": 7, "name": "Ana"}],
         "assignment": {"title": "Atención", "total_points": "48.0"}}))
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    if prepare:
+        prepare(root)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable, **(env or {})}
     process = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, cwd=root,
                              capture_output=True, text=True, timeout=600)
     written = root / "results" / "results.json"
@@ -223,6 +242,122 @@ def test_run_autograder_as_root_keeps_the_grader_out_of_the_students_reach(dist,
              "    try:\n        open(_path, 'a' if _path.endswith('probe.txt') else 'r')\n"
              "    except PermissionError:\n        continue\n    raise SystemExit('reached ' + _path)\n")
     solution = (ROOT / "solutions" / "attention.py").read_text(encoding="utf-8")
-    process, results = run_gradescope(dist, tmp_path, "attention.py", probe + solution, [])
+    # The uid layer alone, as on Gradescope (Docker refuses namespaces); with a mount namespace the
+    # worker would not even see these paths under the host's /tmp (FileNotFoundError).
+    process, results = run_gradescope(dist, tmp_path, "attention.py", probe + solution, [],
+                                      env={"AUTOGRADER_NAMESPACES": "off"})
     assert results is not None, process.stderr[-3000:]
     assert results["score"] == grading.max_score, results["tests"][0]["output"]
+    isolation = results["extra_data"]["isolation"]
+    assert isolation[0].startswith("uid ") and "mount" not in isolation
+
+
+# ---- when the grader cannot grade: a notice, never "The autograder failed to execute correctly" --
+
+def break_grading_yml(root):
+    (root / "source" / "grading.yml").write_text("properties: [unclosed\n", encoding="utf-8")
+
+
+def break_summary(root):  # a module of the grader that raises: a Python exception of the grader's own
+    (root / "source" / "autograder" / "summary.py").write_text("raise RuntimeError('broken on purpose')\n")
+
+
+def unrunnable_python(root):
+    (root / "not-a-python").write_text("not a program\n")  # exists, but no one may execute it
+
+
+# name → (environment, prepare, the reason results.json gives)
+FAILURES = {
+    "bad_grading_yml": ({}, break_grading_yml, "config"),
+    "worker_cannot_start": ({"AUTOGRADER_WORKER_PYTHON": "{root}/not-a-python"}, unrunnable_python, "worker"),
+    "no_venv": ({"AUTOGRADER_PYTHON": "/nonexistent/attention-venv/bin/python"}, None, "start"),
+    "grader_exception": ({}, break_summary, "exception"),
+}
+
+
+@pytest.mark.parametrize("name", list(FAILURES))
+def test_run_autograder_leaves_a_notice_when_the_grader_cannot_grade(dist, tmp_path, name):
+    env, prepare, reason = FAILURES[name]
+    env = {key: value.format(root=tmp_path) for key, value in env.items()}
+    process, results = run_gradescope(dist, tmp_path, "attention.py", (ROOT / "solutions" / "attention.py").read_text(
+        encoding="utf-8"), [], env=env, prepare=prepare)
+    assert process.returncode == 0  # Gradescope judges by results.json, which says what happened
+    assert results is not None, process.stderr[-3000:]
+    VALIDATOR.validate(results)
+    assert results["output"] == FAILURE_OUTPUT and "no por tu código" in results["output"]
+    assert results["tests"] == [] and results["score"] == 0
+    assert results["extra_data"]["autograder_failed"] is True and results["extra_data"]["reason"] == reason
+    assert "run_autograder" in process.stderr or "error: the autograder could not grade" in process.stderr
+
+
+# ---- setup.sh's self-check: the public stub, graded in the built image -----------------------
+
+@pytest.fixture(scope="module")
+def unpacked(dist, tmp_path_factory):
+    """autograder.zip as setup.sh finds it in /autograder/source."""
+    source = tmp_path_factory.mktemp("source")
+    with zipfile.ZipFile(dist / "autograder.zip") as archive:
+        archive.extractall(source)
+    return source
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the worker changes user only when the grader runs as root")
+def test_self_check_passes_on_a_sound_image(unpacked, monkeypatch):
+    """As in setup.sh, but with this interpreter for the venv: its versions are checked apart."""
+    monkeypatch.setenv("AUTOGRADER_PYTHON", sys.executable)
+    problems, process, results = selfcheck.check(unpacked, versions=False)
+    assert problems == [], process.stderr[-3000:]
+    assert results["score"] == 0 and results["extra_data"]["isolation"][0].startswith("uid ")
+    assert not (unpacked / "results").exists()  # it graded a copy: the source keeps no trace
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the worker changes user only when the grader runs as root")
+def test_self_check_fails_loudly_without_a_uid_of_its_own(unpacked, monkeypatch, capsys):
+    monkeypatch.setenv("AUTOGRADER_PYTHON", sys.executable)
+    monkeypatch.setenv("AUTOGRADER_WORKER_UID", "none")
+    monkeypatch.setattr(selfcheck, "SOURCE", unpacked)
+    monkeypatch.setattr(selfcheck, "version_problems", lambda requirements: [])
+    assert selfcheck.main() == 1
+    err = capsys.readouterr().err
+    assert "SELF-CHECK FAILED" in err and "did not run as a uid of its own" in err
+
+
+def test_self_check_finds_each_fault_of_the_stubs_results(gradescope_runs, grading):
+    schema = json.loads((ROOT / "tests" / "gradescope_results.schema.json").read_text(encoding="utf-8"))
+    count = len(grading.properties)
+    stub = gradescope_runs["stub"][1]
+    problems = selfcheck.results_problems(stub, count, schema)
+    assert all("uid of its own" in p for p in problems) and (problems == []) == (os.geteuid() == 0)
+    solution = gradescope_runs["solution"][1]
+    assert f"scored {solution['score']}" in " ".join(selfcheck.results_problems(solution, count, schema))
+    assert "could not grade" in selfcheck.results_problems(failure_results("config", "ConfigError"), count, schema)[0]
+    assert f"3 tests in results.json, {count} properties" in " ".join(
+        selfcheck.results_problems({**stub, "tests": stub["tests"][:3]}, count, schema))
+    assert "schema" in selfcheck.results_problems({**stub, "grade": 0}, count, schema)[0]
+
+
+def test_self_check_schema_validation_agrees_with_jsonschema(gradescope_runs):
+    schema = json.loads((ROOT / "tests" / "gradescope_results.schema.json").read_text(encoding="utf-8"))
+    valid = [results for _, results in gradescope_runs.values()] + [failure_results("start"), {"tests": []}]
+    invalid = [{"tests": [{"score": 1, "status": "ok"}]}, {"score": 1, "visibility": "students"},
+               {"score": 1, "tests": [{"score": 1, "number": 1.3}]}, {"score": 1, "tests": [{"score": 1, "points": 1}]},
+               {"score": 1, "grade": 1}, {"tests": [{"max_score": 1}]}, {"score": True}, {"score": 1, "execution_time": -1},
+               {"score": 1, "leaderboard": [{"name": "t", "value": 1, "order": "up"}]}, {"score": 1, "leaderboard": [{"name": "t"}]}]
+    for data in valid:
+        VALIDATOR.validate(data)
+        selfcheck.validate(data, schema)
+    for data in invalid:
+        assert list(VALIDATOR.iter_errors(data)), data
+        with pytest.raises(selfcheck.SchemaError):
+            selfcheck.validate(data, schema)
+    with pytest.raises(selfcheck.SchemaError, match="does not know"):
+        selfcheck.validate({}, {"type": "object", "patternProperties": {}})
+
+
+def test_self_check_compares_the_venv_with_the_pins(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# python: 3.11\n--extra-index-url https://example.org\nnumpy==2.4.6\ntorch==2.13.0+cpu\n")
+    assert selfcheck.version_problems(requirements, {"numpy": "2.4.6", "torch": "2.13.0+cpu", "pip": "25.0"}) == []
+    problems = selfcheck.version_problems(requirements, {"NumPy": "2.4.5", "matplotlib": "3.11.2", "pip": "25.0"})
+    assert problems == ["numpy==2.4.6 is pinned but 2.4.5 is installed", "torch==2.13.0+cpu is pinned but nothing is installed",
+                        "matplotlib 3.11.2 is installed but not pinned in requirements.txt"]

@@ -1,16 +1,21 @@
 """`python -m autograder build --out dist/`: everything an instructor uploads or hands out.
 
-- autograder.zip, for Gradescope: setup.sh, run_autograder, requirements.txt, grading.yml and the
-  grader (hidden suite included).
+- autograder.zip, for Gradescope: setup.sh, run_autograder, requirements.txt, grading.yml, the
+  grader (hidden suite included), failure_results.json (the notice run_autograder leaves when
+  Python cannot start) and selfcheck/ (the handout's stub and Gradescope's results.json schema,
+  for setup.sh's self-check).
 - student.zip: each folder of assignments/ (stub, public tests, statement).
 - otter/, for Otter-grader 7: tests/ generated from grading.yml, the grader as a support folder
-  and requirements.txt; `cd otter && otter generate attention_grader` makes Otter's zip.
+  and requirements.txt; `cd otter && otter generate --python-version 3.11 attention_grader` makes
+  Otter's zip (the Python of the lock).
 
+requirements.txt is the part of requirements.lock that grading needs, pinned (lock.py).
 Neither the reference solutions nor the project's tests are ever shipped: only the files named
 here are, and the build refuses any whose content is that of a file in solutions/.
 Zips are reproducible: same files, same bytes (fixed timestamps, sorted names).
 """
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -19,16 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config as grading_config
-from ..__main__ import TORCH_CPU_INDEX
-from . import otter
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: pip's own copy of the same parser
-    from pip._vendor import tomli as tomllib
+from ..gradescope import failure_results
+from . import lock, otter
 
 PROJECT = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).resolve().parent / "gradescope"
+STUB = PROJECT / "assignments" / "attention" / "attention.py"  # public: the handout's stub
+SCHEMA = PROJECT / "tests" / "gradescope_results.schema.json"  # public: Gradescope's published format
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
@@ -57,14 +59,13 @@ def tree(folder, prefix):
     return entries
 
 
-def requirements():
-    """requirements.txt for the grading machines: pyproject's dependencies, torch from its CPU index."""
-    with open(PROJECT / "pyproject.toml", "rb") as handle:
-        dependencies = tomllib.load(handle)["project"]["dependencies"]
-    lines = ["# Generated from pyproject.toml by `python -m autograder build`.",
-             "# PyTorch's CPU index: pip prefers its +cpu wheels to PyPI's CUDA build of the same version.",
-             f"--extra-index-url {TORCH_CPU_INDEX}", *dependencies]
-    return "\n".join(lines) + "\n"
+def requirements(lock_path=lock.LOCK_PATH):
+    """requirements.txt for the grading machines: what grading imports, at the locked versions
+    (torch's +cpu build from PyTorch's CPU index), and the Python the lock was made with."""
+    try:
+        return lock.requirements_txt(lock.read(lock_path))
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"cannot read {lock_path}: {exc}") from exc
 
 
 def grader_entries(config_path, prefix=""):
@@ -79,6 +80,9 @@ def gradescope_entries(config_path):
         Entry("setup.sh", (TEMPLATES / "setup.sh").read_bytes(), 0o755),
         Entry("run_autograder", (TEMPLATES / "run_autograder").read_bytes(), 0o755),
         Entry("requirements.txt", requirements().encode()),
+        Entry("failure_results.json", (json.dumps(failure_results("start"), ensure_ascii=False, indent=1) + "\n").encode()),
+        Entry("selfcheck/attention.py", STUB.read_bytes()),
+        Entry("selfcheck/results.schema.json", SCHEMA.read_bytes()),
         *grader_entries(config_path),
     ]
 
@@ -151,7 +155,9 @@ def cmd_build(args):
         size = path.stat().st_size if path.is_file() else sum(len(e.data) for e in entries)
         print(f"{path}  {len(entries)} files, {size / 1024:.0f} KiB")
     otter_dir = built["otter"][0]
-    print(f"Otter: cd {otter_dir} && otter generate {otter.GRADER_FOLDER}   (then otter run -a autograder.zip SUBMISSION)")
+    python = "{}.{}".format(*lock.read().python)
+    print(f"Otter: cd {otter_dir} && otter generate --python-version {python} {otter.GRADER_FOLDER}"
+          "   (then otter run -a autograder.zip SUBMISSION)")
     return 0
 
 
