@@ -51,13 +51,26 @@ def multi_head_attention(params, heads, query, key, value, mask=None):
     return linear(merge_heads(context), params, "W_O"), weights
 
 
-def causal_self_attention(params, heads, x):
+def multi_head_output_from_weights(params, heads, value, weights):
+    """MultiHeadAttention's output computed from given attention weights (B,h,Tq,Tk), say the ones
+    a module returned in train mode: W_O(merge(weights @ V))."""
+    v = split_heads(linear(value, params, "W_V"), heads)
+    return linear(merge_heads(weights @ v), params, "W_O")
+
+
+def causal_attention(params, heads, x):
+    """CausalSelfAttention's attention weights (B,h,T,T) and values (B,h,T,hs)."""
     width = x.shape[-1]
     qkv = linear(x, params, "qkv")
     q, k, v = (split_heads(qkv[..., i * width:(i + 1) * width], heads) for i in range(3))
     time = x.shape[1]
-    context, _ = attention(q, k, v, np.tril(np.ones((time, time))))
-    return linear(merge_heads(context), params, "proj")
+    _, weights = attention(q, k, v, np.tril(np.ones((time, time))))
+    return weights, v
+
+
+def causal_self_attention(params, heads, x):
+    weights, v = causal_attention(params, heads, x)
+    return linear(merge_heads(weights @ v), params, "proj")
 
 
 def unscaled_scores(q, k):

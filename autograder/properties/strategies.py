@@ -9,6 +9,10 @@ from hypothesis import strategies as st
 
 seeds = st.integers(min_value=0, max_value=2**16)
 
+# Dropout rates the train-mode checks ask for: far enough from each other and from the values a
+# student might hard-code (0.1, nn.Dropout()'s 0.5) that a module ignoring its p shows it.
+dropout_rates = st.sampled_from((0.5, 0.25, 0.75))
+
 
 @st.composite
 def self_attention_dims(draw, min_batch=1, min_time=1):

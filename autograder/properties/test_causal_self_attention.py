@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import example, expect_close, require
 from .harness import Remote, gaussian, graded
-from .strategies import causal_dims, parameter_seed, rng_for, seeds
+from .strategies import causal_dims, dropout_rates, parameter_seed, rng_for, seeds
 
 CLS = "CausalSelfAttention"
 
@@ -114,14 +114,28 @@ def test_eval_deterministic(worker, dims, seed):
 
 
 @graded(CLS, "train_dropout")
-@given(dims=causal_dims(min_time=2), seed=seeds)
-def test_train_dropout(worker, dims, seed):
-    module, rng = loaded(worker, dims, dropout=0.5)
+@given(dims=causal_dims(min_time=2), seed=seeds, p=dropout_rates)
+def test_train_dropout(worker, dims, seed, p):
+    # A batch large enough for checks.DROPOUT_DRAWS output entries (B·T·C) and B·h >= 128
+    # attention heads at t = 0: see checks.causal_dropout.
+    per_example = dims["T"] * dims["n_embd"]
+    dims = {**dims, "B": max(dims["B"], -(-checks.DROPOUT_DRAWS // per_example), -(-128 // dims["n_head"]))}
+    module, rng = loaded(worker, dims, dropout=p)
     x = inputs(rng, dims)
-    evaluated = output(module.run(x), dims)
-    trained = output(module.run(x, train=True, seed=seed), dims)
-    require(np.abs(trained - evaluated).max() > 1e-6, "dropout_not_applied", p=0.5,
-            dropped=0, total=int(evaluated.size))
+    reference_output = expected(module.params, dims, x)
+    replies = module.runs(*(((x,), {"fused": fused, "train": train, "seed": seed})
+                            for fused in (False, True) for train in (False, True)))
+    for fused, evaluated, trained in ((False, *replies[:2]), (True, *replies[2:])):
+        path = f"fused={fused}"
+        trained = output(trained, dims)
+        if np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
+            checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, trained, path)
+        else:
+            # A bug outside dropout (reference_match's, fused_equivalence's): judge only what does
+            # not depend on it, resid_drop's zeros.
+            zero = trained == 0
+            require(zero.any(), "resid_dropout_missing", p=p, path=path)
+            checks.dropout_rate(int(zero.sum()), trained.size, p, "output")
 
 
 @graded(CLS, "gradients")
@@ -135,7 +149,15 @@ def test_gradients(worker, dims, fused):
 @given(dims=causal_dims(min_time=2))
 def test_large_inputs(worker, dims):
     module, rng = loaded(worker, dims)
-    checks.finite(output(module.run(inputs(rng, dims, scale=1e3)), dims), "output")
+    x = inputs(rng, dims, scale=1e3)
+    # Scores of magnitude ~1e6: the future must stay out even where a finite fill such as -1e4
+    # would be outscored. Changing the last token must leave every earlier position as it was.
+    perturbed = x.copy()
+    perturbed[:, -1] = gaussian(rng, dims["B"], dims["n_embd"], scale=1e3)
+    before, after = (output(reply, dims) for reply in module.runs(((x,), {}), ((perturbed,), {})))
+    checks.finite(before, "output")
+    T = dims["T"]
+    expect_close(after[:, :-1], before[:, :-1], "future_leak_large", atol=1e-3, rtol=1e-6, position=T - 1)
 
 
 @graded(CLS, "fused_equivalence")
