@@ -271,6 +271,7 @@ class Worker:
         except (OSError, subprocess.SubprocessError) as exc:
             for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
                 os.close(fd)
+            self.sandbox.kill()
             self.sandbox.cleanup()
             who = "the grader's user" if self.uid is None else f"the worker's uid {self.uid}"
             raise WorkerSetupError(

@@ -155,11 +155,14 @@ def held_bytes(pids):
     return total
 
 
-def clear(uid, private_folders=()):
-    """Remove everything of `uid` outside its processes: files in the shared folders (and the
-    given folders), and its System V objects. Call it when no process of the uid runs: removal
-    then races with nothing. It never raises, and gives up after REMOVE_TIMEOUT_S."""
+def clear(uid, private_folders=(), ipc=True):
+    """Remove everything of `uid` outside its processes: files in the writable places (and the
+    given folders) and, with `ipc`, its POSIX message queues and System V objects. Call it when no
+    process of the uid runs: removal then races with nothing. It never raises, and gives up after
+    REMOVE_TIMEOUT_S."""
     remove([*owned_entries(uid), *private_folders])
+    if not ipc:
+        return
     _clear_message_queues(uid)
     for ident, _ in sysv_objects(uid, "shm"):
         _libc.shmctl(ident, IPC_RMID, None)

@@ -108,9 +108,10 @@ def lease_uid(first):
         handle = _try_lease(uid)
         if handle is None:
             continue
-        kill_uid(uid)
-        residue.clear(uid, stale_sandboxes(uid))
-        if not residue.uids_with_residue(uid, uid) and not stale_sandboxes(uid):
+        if _left_by(uid):  # usually nothing: the last holder cleared it
+            kill_uid(uid)
+            residue.clear(uid, stale_sandboxes(uid))
+        if not _left_by(uid):
             return uid, Lease(handle)
         os.close(handle)
     raise UidUnavailable(f"uids {first}..{first + LEASE_SPAN - 1} are all in use by other graders or not clean")
@@ -133,6 +134,11 @@ def reap_orphans(first):
             kill_uid(uid)
             residue.clear(uid, stale_sandboxes(uid))
             os.close(handle)
+
+
+def _left_by(uid):
+    """Whether anything of `uid` exists: a process, a file or IPC object, a key, a sandbox folder."""
+    return bool(residue.uids_with_residue(uid, uid) or stale_sandboxes(uid))
 
 
 def stale_sandboxes(uid):
@@ -337,24 +343,17 @@ class Sandbox:
         if self.uid is not None:
             kill_uid(self.uid)
 
-    def clear(self, *private_folders):
-        """As root, kill every process of the worker's uid, then remove what it left outside
-        its processes (in the shared folders and in `private_folders`)."""
-        if self.uid is None:
-            return
-        self.kill()
-        residue.clear(self.uid, private_folders)
-
     def disk_bytes(self):
         """What the worker wrote where the uid-only layer lets it (see residue.disk_bytes)."""
         return residue.disk_bytes(self.uid, [self.home, self.tmp])
 
     def cleanup(self):
-        """Kill everything of the uid, remove what it left and the sandbox folder (one bounded
-        removal, whatever the worker made inside), then free the uid. Never raises."""
+        """Remove what the uid left and the sandbox folder (one bounded removal, whatever the
+        worker made inside), then free the uid; call kill() first. Never raises. A worker that had
+        an IPC namespace of its own left no IPC object (its namespace took them along)."""
         if self.uid is None:
             residue.remove([self.root])
         else:
-            self.clear(self.root)
+            residue.clear(self.uid, [self.root], ipc=not self.isolate)
         if self.lease is not None:
             self.lease.close()
