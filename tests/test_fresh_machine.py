@@ -38,7 +38,10 @@ def test_the_first_command_grades_with_a_venv_in_a_0700_folder(private_home):
     clone = private_home / "attention-autograder"
     copy_checkout(clone)
     venv = private_home / "venv"  # its python sits in a folder uid 61000 could not enter
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # Made as a newcomer makes it (umask 022), whatever umask this test process inherited: a venv
+    # whose files only root can read is one the grader must not open up, and no worker could run.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
+                   preexec_fn=lambda: os.umask(0o022))
     done = subprocess.run([str(venv / "bin" / "python3"), "-m", "autograder", "grade", "solutions/attention.py",
                            "--out", "out/"], cwd=clone, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if not k.startswith("AUTOGRADER_")})

@@ -111,7 +111,8 @@ def test_otter_grades_the_reference_with_its_python_in_a_0700_folder(otter_dir, 
     try:
         assert home.stat().st_mode & 0o777 == 0o700
         venv = home / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
+                       preexec_fn=lambda: os.umask(0o022))  # as a newcomer makes it, whatever this process's umask
         folder = home / "submission"
         folder.mkdir()
         shutil.copy(SOLUTION, folder / "attention.py")
