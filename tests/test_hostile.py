@@ -348,14 +348,17 @@ def test_tampering_earns_nothing(graded, name):
 @pytest.mark.skipif(not IS_ROOT, reason="only counted as root, where the worker has a uid of its own")
 def test_memory_outside_processes_is_counted_or_bounded(graded):
     """48 × 16 MiB in /dev/shm and 12 × 64 MiB of System V segments (1.5 GiB, no RSS) either stop
-    SelfAttention for memory, or could not be made beyond the sandbox's scratch space."""
+    SelfAttention for memory, or could not be made beyond the sandbox's scratch space. Memory is
+    sampled every 100 ms, like RSS: a forward that fills it faster may end its own test first,
+    and the class stops at the next sample."""
     report = graded["sa_shm_hog"]
     attacked = by_class(report)["SelfAttention"]
     held = [int(line.split()[1]) for o in attacked for line in o.output.splitlines() if line.startswith("held ")]
     if report["mode"] == "namespaces":
         assert held and max(held) <= 2 * 64  # the scratch tmpfs, and System V capped to its size
     else:
-        assert attacked[0].code == "submission.memory"
+        stopped = next(i for i, o in enumerate(attacked) if o.code == "submission.memory")
+        assert stopped <= 1 and all(o.status != "passed" for o in attacked[stopped:])
     for cls, outcomes in by_class(report).items():
         if cls != "SelfAttention":
             assert all(o.status == "passed" for o in outcomes), cls

@@ -23,7 +23,7 @@ from .sandbox import Sandbox, UidUnavailable, harden_grader
 
 POLL_S = 0.05  # how often a wait wakes up to drain output
 RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
-DISK_CHECK_S = 1.0  # how often, as root, the uid's files and open descriptors are counted (~ms each)
+DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files on disk are counted
 # Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
 # Failures that are a deadline passing: scored as timeouts, not errors.
 TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
@@ -111,7 +111,6 @@ class Worker:
         self.output_dropped = 0
         self.peak_rss = 0
         self.last_check = self.last_disk_check = 0.0
-        self.held = 0  # bytes outside RSS counted once a second: held_bytes, and shm_bytes without namespaces
         self.layers = []
 
     # ---- public API --------------------------------------------------------------------------
@@ -402,27 +401,30 @@ class Worker:
             return
         self.last_check = now
         processes = _worker_processes(self.proc.pid, self.sandbox.uid)
-        if self.sandbox.uid is not None and now - self.last_disk_check >= DISK_CHECK_S:
-            self.last_disk_check = now
-            self.held = residue.held_bytes(pid for pid, _ in processes)
-            if not self.sandbox.isolate:  # in namespaces, the scratch tmpfs bounds and counts these
-                self.held += residue.shm_bytes(self.sandbox.uid)
-                if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
-                    raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
-        rss = sum(size for _, size in processes) + self._memory_outside_processes(processes) + self.held
+        outside = self._memory_outside_processes(processes)
+        rss = sum(size for _, size in processes) + outside
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:
-            shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if self.held >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
+            shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if outside >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
             raise SubmissionError("memory", shown, limit=self.limits.memory_mib)
+        if self.sandbox.uid is not None and not self.sandbox.isolate and now - self.last_disk_check >= DISK_CHECK_S:
+            self.last_disk_check = now  # the scratch tmpfs bounds what a worker in namespaces writes
+            if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
+                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
         if len(processes) > self.limits.processes:
             raise SubmissionError("processes", f"{len(processes)} processes", limit=self.limits.processes)
 
     def _memory_outside_processes(self, processes):
-        """Memory the submission holds that no RSS shows, besides self.held: its scratch tmpfs
-        in namespaces (one statfs, cheap enough for every check)."""
-        if self.sandbox.isolate and processes:
-            return namespaces.scratch_used(processes[0][0])
-        return 0
+        """Memory the submission holds that no RSS shows (as root only), sampled as often as RSS:
+        a second is enough to fill a container. memfds and deleted files kept open, plus its
+        scratch tmpfs in namespaces, or else its /dev/shm files and System V segments. Each scan
+        is a few system calls for an honest worker and stops at residue.MAX_ENTRIES files."""
+        if self.sandbox.uid is None:
+            return 0
+        held = residue.held_bytes(pid for pid, _ in processes)
+        if self.sandbox.isolate:
+            return held + (namespaces.scratch_used(processes[0][0]) if processes else 0)
+        return held + residue.shm_bytes(self.sandbox.uid)
 
     def _crash(self):
         try:
