@@ -22,7 +22,7 @@ TORCH_CPU_INDEX = lock.TORCH_CPU_INDEX
 
 def _missing(command=None):
     """The modules this command needs that cannot be imported here (every one without a command)."""
-    needed = GRADING + (REPORTS if command in (None, "report", "test") else ())
+    needed = GRADING + (REPORTS if command in (None, "report", "test", "audit") else ())
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 

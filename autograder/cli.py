@@ -45,7 +45,7 @@ def cmd_test(args):
 
 
 # Modules that define register(commands) for further commands (build, batch, report, diff).
-COMMAND_MODULES = (".package.build", ".cohort.batch", ".cohort.report", ".cohort.diff")
+COMMAND_MODULES = (".package.build", ".cohort.batch", ".cohort.report", ".cohort.diff", ".audit")
 
 
 def parser():
