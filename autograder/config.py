@@ -26,7 +26,7 @@ class Limits:
     request_s: float = 10
     class_s: float = 60
     submission_s: float = 240
-    memory_mib: int = 1536
+    memory_mib: int = 512
     cpu_s: int = 300
     processes: int = 64
     open_files: int = 256
@@ -41,6 +41,7 @@ class Property:
     name: str
     points: float
     visibility: str
+    requires: tuple[str, ...] = ()  # properties of the same class that must pass for these points to count
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,6 @@ class GradingConfig:
     limits: Limits
     properties: tuple[Property, ...] = field(default_factory=tuple)
     source: str = ""
-
-    def find(self, cls, name):
-        for prop in self.properties:
-            if prop.cls == cls and prop.name == name:
-                return prop
-        raise KeyError((cls, name))
 
     @property
     def max_score(self):
@@ -74,6 +69,37 @@ def _number(value, where, kind=float):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(f"{where} must be a non-negative number, got {value!r}")
     return kind(value)
+
+
+def _requires(value, siblings, name, where):
+    """A property's prerequisites: names of other properties of its own class."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.requires must be a list of property names of the same class")
+    for required in value:
+        if required == name or required not in siblings:
+            raise ConfigError(f"{where}.requires: {required!r} is not another property of this class")
+    return tuple(dict.fromkeys(value))
+
+
+def _check_no_cycle(cls, requires, path):
+    """Prerequisites must not loop back (a requires b requires a): no property could ever count."""
+    done, active = set(), []
+
+    def visit(name):
+        if name in active:
+            loop = " -> ".join(active[active.index(name):] + [name])
+            raise ConfigError(f"{path}: classes.{cls}: prerequisites form a cycle: {loop}")
+        if name not in done:
+            active.append(name)
+            for required in requires[name]:
+                visit(required)
+            active.pop()
+            done.add(name)
+
+    for name in requires:
+        visit(name)
 
 
 def load(path=DEFAULT_PATH, language=None):
@@ -123,7 +149,13 @@ def load(path=DEFAULT_PATH, language=None):
             visibility = spec.get("visibility", "visible")
             if visibility not in VISIBILITIES:
                 raise ConfigError(f"{where}: visibility must be one of {VISIBILITIES}")
-            properties.append(Property(cls, name, _number(spec["points"], where + ".points"), visibility))
+            unknown = sorted(set(spec) - {"points", "visibility", "requires"})
+            if unknown:
+                raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; only points, visibility "
+                                  "and requires are read")
+            properties.append(Property(cls, name, _number(spec["points"], where + ".points"), visibility,
+                                       _requires(spec.get("requires", []), props, name, where)))
+        _check_no_cycle(cls, {p.name: p.requires for p in properties if p.cls == cls}, path)
 
     max_examples = hyp.get("max_examples", 8)
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import __version__, results, scoring, submission
+from . import __version__, feedback, results, scoring, submission
 from .outcomes import Outcome
 from .package.lock import outcome_versions
 from .worker.client import Worker
@@ -119,13 +119,16 @@ def grade(path, config, out_dir=None, slot=0, previous=None):
     """Grade and, when out_dir is given, write out_dir/results.json (last, after the worker is gone)."""
     started = time.monotonic()
     collected = collect_outcomes(path, config, slot, private=[out_dir] if out_dir else [])
+    # What made whole groups of tests fail at once (the file, a class not written yet) goes to the
+    # top of results.json, once; each of those tests says it in one line.
     scored = scoring.score(collected.outcomes, config)
+    overview = feedback.overview(collected.outcomes, config.language)
     graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.source_sha256,
                     collected.peak_rss_mib, collected.isolation)
     if out_dir is not None:
         version, suite_hash = suite_version(config)
         data = results.build(
-            scored, execution_time=graded.seconds, output=previous or "",
+            scored, execution_time=graded.seconds, output="\n\n".join(filter(None, (overview, previous))),
             extra_data={"grader_version": version, "suite": suite_hash, "grading_yml": grading_yml_hash(config),
                         "language": config.language, "isolation": graded.isolation},
         )

@@ -39,7 +39,8 @@ def build(scored, *, execution_time, output="", extra_data=None):
                 "visibility": t.visibility,
                 "output": _clip(t.output),
                 "tags": [t.cls, t.prop],
-                "extra_data": {"outcome": t.outcome_status},
+                "extra_data": {"outcome": t.outcome_status,
+                               **({"blocked_by": list(t.blocked_by)} if t.blocked_by else {})},
             }
             for t in scored
         ],

@@ -1,7 +1,11 @@
 """Apply grading.yml to raw outcomes: points, visibility, names and numbers of each test.
 
 Scoring is a pure function of (outcomes, config): the store keeps outcomes, so a report can
-rescore a whole cohort with edited weights without running any student code again.
+rescore a whole cohort with edited weights or prerequisites without running any student code again.
+
+A property with `requires` earns its points only when each prerequisite earns (passes, with its
+own prerequisites met): a module that computes no attention cannot collect the points of checks
+that such a module passes trivially (rows summing to one, masked weights at zero...).
 """
 from dataclasses import dataclass
 
@@ -20,6 +24,7 @@ class ScoredTest:
     outcome_status: str  # ours: passed | failed | error | timeout
     visibility: str
     output: str
+    blocked_by: tuple[str, ...] = ()  # prerequisites that did not pass: why a passing outcome earns nothing
 
 
 def score(outcomes, config):
@@ -27,19 +32,37 @@ def score(outcomes, config):
     class_order = list(dict.fromkeys(p.cls for p in config.properties))
     counters = {}
     scored = []
+    earns = _earning(by_key, config)
     for prop in config.properties:
         outcome = by_key[(prop.cls, prop.name)]
         counters[prop.cls] = counters.get(prop.cls, 0) + 1
-        passed = outcome.status == "passed"
+        blocked_by = tuple(r for r in prop.requires if not earns[(prop.cls, r)])
+        passed = earns[(prop.cls, prop.name)]
         scored.append(ScoredTest(
             cls=prop.cls, prop=prop.name,
             number=f"{class_order.index(prop.cls) + 1}.{counters[prop.cls]}",
             name=feedback.title(prop.cls, prop.name, config.language),
             score=prop.points if passed else 0.0, max_score=prop.points,
             status="passed" if passed else "failed", outcome_status=outcome.status,
-            visibility=prop.visibility, output=feedback.message(outcome, config.language),
+            visibility=prop.visibility, output="", blocked_by=blocked_by,
         ))
-    return scored
+    return feedback.render(scored, outcomes, config.language)
+
+
+def _earning(by_key, config):
+    """(class, property) -> whether it earns its points: its outcome passed and so did its
+    prerequisites, recursively (config.load refuses cycles)."""
+    requires = {(p.cls, p.name): p.requires for p in config.properties}
+    earns = {}
+
+    def earning(key):
+        if key not in earns:
+            earns[key] = by_key[key].status == "passed" and all(earning((key[0], r)) for r in requires[key])
+        return earns[key]
+
+    for key in requires:
+        earning(key)
+    return earns
 
 
 def total(scored):

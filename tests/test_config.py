@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from autograder import config as grading_config
-from autograder import results, scoring
+from autograder import feedback, results, scoring
 from autograder.config import ConfigError
 from autograder.outcomes import SuiteError
 from autograder.suite_runner import run_properties
@@ -143,3 +143,76 @@ def test_english_config_renders_english_feedback(graded_run, write_config):
     spanish = {t.prop: t for t in scoring.score(outcomes, grading_config.load()) if t.cls == "SelfAttention"}
     assert english["scale"].output != spanish["scale"].output
     assert "Pista" in spanish["scale"].output and "Hint" in english["scale"].output
+
+
+def _all_passed(config):
+    from autograder.outcomes import Outcome
+    return [Outcome(p.cls, p.name, "passed") for p in config.properties]
+
+
+def test_prerequisite_failing_takes_the_points_of_what_requires_it(write_config):
+    """rows_sum_to_one requires scale, masked_zero requires rows_sum_to_one: scale failing blocks
+    both (transitively), each says which test to fix, and results.json records why."""
+    def edit(data):
+        data["classes"]["SelfAttention"]["rows_sum_to_one"]["requires"] = ["scale"]
+        data["classes"]["SelfAttention"]["masked_zero"]["requires"] = "rows_sum_to_one"
+
+    config = write_config(edit)
+    outcomes = _all_passed(config)
+    full = scoring.total(scoring.score(outcomes, config))
+    assert full[0] == full[1] == config.max_score
+    for outcome in outcomes:
+        if (outcome.cls, outcome.prop) == ("SelfAttention", "scale"):
+            outcome.status, outcome.code, outcome.params = "failed", "wrong_scale", {
+                "measured": 1.0, "expected": 0.5, "d_k": 4}
+    scored = {(t.cls, t.prop): t for t in scoring.score(outcomes, config)}
+    rows, masked = scored[("SelfAttention", "rows_sum_to_one")], scored[("SelfAttention", "masked_zero")]
+    assert (rows.score, rows.status, rows.outcome_status, rows.blocked_by) == (0, "failed", "passed", ("scale",))
+    assert (masked.score, masked.blocked_by) == (0, ("rows_sum_to_one",))
+    assert "«SelfAttention: escala 1/√d_k»" in rows.output and "Por sí sola" in rows.output
+    assert scoring.total(scored.values())[0] == config.max_score - 2 - 1 - 1
+    untouched = {k: t for k, t in scored.items() if k[0] != "SelfAttention"}
+    assert all(t.score == t.max_score and not t.blocked_by for t in untouched.values())
+    built = {tuple(t["tags"]): t for t in results.build(list(scored.values()), execution_time=1)["tests"]}
+    assert built[("SelfAttention", "rows_sum_to_one")]["extra_data"] == {"outcome": "passed", "blocked_by": ["scale"]}
+    assert built[("SelfAttention", "shapes")]["extra_data"] == {"outcome": "passed"}
+
+
+def test_blocked_property_that_fails_itself_shows_its_own_message_too(write_config):
+    config = write_config(lambda d: d["classes"]["SelfAttention"]["rows_sum_to_one"].update(requires=["scale"]))
+    outcomes = _all_passed(config)
+    for outcome in outcomes:
+        if outcome.cls == "SelfAttention" and outcome.prop in ("scale", "rows_sum_to_one"):
+            outcome.status, outcome.code = "failed", "rows_do_not_sum_to_one"
+    own = next(o for o in outcomes if (o.cls, o.prop) == ("SelfAttention", "rows_sum_to_one"))
+    rows = next(t for t in scoring.score(outcomes, config) if (t.cls, t.prop) == ("SelfAttention", "rows_sum_to_one"))
+    assert rows.output.startswith("Sin puntos por ahora") and "Por sí sola" not in rows.output
+    assert rows.output.endswith("\n" + feedback.message(own, "es"))
+
+
+@pytest.mark.parametrize("requires, error", [
+    (["telepathy"], "'telepathy' is not another property of this class"),
+    (["rows_sum_to_one"], "'rows_sum_to_one' is not another property"),   # itself
+    (["reference_match", 3], "must be a list of property names"),
+    ({"scale": True}, "must be a list of property names"),
+    (["fused_equivalence"], "not another property of this class"),      # another class's property
+])
+def test_prerequisites_are_validated(write_config, requires, error):
+    with pytest.raises(ConfigError, match=error):
+        write_config(lambda d: d["classes"]["SelfAttention"]["rows_sum_to_one"].update(requires=requires))
+
+
+def test_prerequisite_cycle_is_refused(write_config):
+    def edit(data):
+        props = data["classes"]["MultiHeadAttention"]
+        props["scale"]["requires"] = ["shapes"]
+        props["shapes"]["requires"] = ["rows_sum_to_one"]
+        props["rows_sum_to_one"]["requires"] = ["scale"]
+
+    with pytest.raises(ConfigError, match="cycle: .*scale -> shapes -> rows_sum_to_one -> scale|cycle"):
+        write_config(edit)
+
+
+def test_unknown_property_key_is_refused(write_config):
+    with pytest.raises(ConfigError, match="unknown key.*pionts"):
+        write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(pionts=3))

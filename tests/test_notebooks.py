@@ -348,9 +348,9 @@ def outcome(code, **params):
 ], ids=["es", "en"])
 def test_feedback_names_the_cell_and_the_line(language, expected):
     found = outcome("submission.exception", message="sin atributo", exc_type="AttributeError", line=29, cell=8)
-    assert feedback.message(found, language) == expected
+    assert feedback.headline(found, language) == expected
     found.params.pop("cell")  # a .py: as before
-    assert feedback.message(found, language) == feedback.catalog(language)["failures"]["submission.exception"].format(
+    assert feedback.headline(found, language) == feedback.catalog(language)["failures"]["submission.exception"].format(
         cls="MultiHeadAttention", op="forward", exc_type="AttributeError", line=29, message="sin atributo")
 
 
@@ -399,10 +399,11 @@ def test_an_import_the_classes_need_and_the_grader_lacks_is_named_once(graded_ru
     run = graded_run(EINOPS)
     cell, line = where(EINOPS, "from einops import rearrange")
     assert run.graded.score[0] == 0
-    messages = {t["output"].split("\n")[0] for t in run.results["tests"]}
-    assert messages == {f"Tu notebook importa el módulo einops (celda de código {cell}, línea {line}), que no está "
-                        "instalado en el corrector. Esa importación se conserva porque tus clases la usan, directa o "
-                        "indirectamente: escríbelas solo con torch, numpy y la biblioteca estándar de Python."}
+    assert run.results["output"].split("\n")[0] == (
+        f"Tu notebook importa el módulo einops (celda de código {cell}, línea {line}), que no está "
+        "instalado en el corrector. Esa importación se conserva porque tus clases la usan, directa o "
+        "indirectamente: escríbelas solo con torch, numpy y la biblioteca estándar de Python.")
+    assert {t["output"] for t in run.results["tests"]} == {"No se pudo importar tu código: mira el mensaje al principio."}
     english = feedback.message(run.graded.outcomes[0], "en")
     assert english.startswith(f"Your notebook imports the module einops (code cell {cell}, line {line}), "
                               "which is not installed")

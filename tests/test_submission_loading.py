@@ -158,6 +158,7 @@ def test_unreadable_submission_scores_zero_with_a_spanish_reason(tmp_path, gradi
     written = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
     assert written["score"] == 0 and graded.score == (0, grading.max_score)
     assert len(written["tests"]) == len(grading.properties)
+    assert written["output"].startswith("El .zip no se pudo abrir"), written["output"]  # once, at the top
     for test in written["tests"]:
         assert (test["score"], test["status"]) == (0, "failed")
-        assert test["output"].startswith("El .zip no se pudo abrir"), test["output"]
+        assert test["output"] == "No se pudo leer tu entrega: mira el mensaje al principio.", test["output"]

@@ -2,7 +2,9 @@
 
 The reference solution scores full marks, the untouched stub scores zero, each buggy variant
 loses the properties that name its mistake and nothing in the other two classes, and every
-correct variant in another style keeps full marks. Each file is graded once per session.
+correct variant in another style keeps full marks. Every buggy variant computes attention, and
+every fake (a file that computes none) fails `attends` in each class. Each file is graded once
+per session.
 """
 import json
 import string
@@ -19,6 +21,7 @@ SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
 MANIFEST = yaml.safe_load((SUBMISSIONS / "manifest.yml").read_text(encoding="utf-8"))
 BUGGY = sorted(MANIFEST["buggy"])
 CORRECT = sorted(MANIFEST["correct"])
+FAKES = sorted(MANIFEST["fakes"])
 DETERMINISM = ["sa_softmax_wrong_dim", "mha_split_without_transpose", "causal_mask_not_sliced"]
 
 
@@ -42,6 +45,7 @@ def test_manifest_lists_every_variant_file():
     on_disk = {p.stem for p in (SUBMISSIONS / "buggy").glob("*.py")}
     assert on_disk == set(BUGGY)
     assert {p.stem for p in (SUBMISSIONS / "correct").glob("*.py")} == set(CORRECT)
+    assert {p.stem for p in (SUBMISSIONS / "fakes").glob("*.py")} == set(FAKES)
     for name, entry in MANIFEST["buggy"].items():
         assert entry["class"] in CLASSES, name
         assert entry["must_fail"] and entry["mistake"], name
@@ -59,6 +63,10 @@ def test_stub_scores_zero(graded_run, stub_path, grading):
     for test in run.graded.scored:
         assert test.score == 0, test.name
         assert "NotImplementedError" in test.output and "falta implementar" in test.output, test.output
+        assert "\n" not in test.output, test.output  # one line: the whole story is told once, at the top
+    top = run.results["output"].splitlines()
+    assert top[0] == feedback.label("stub", "es")
+    assert [line.split(".")[0] for line in top[1:]] == list(CLASSES)
 
 
 @pytest.mark.parametrize("name", BUGGY)
@@ -67,9 +75,32 @@ def test_buggy_variant_loses_the_property_of_its_mistake(graded_run, name):
     run = graded_run(buggy_path(name))
     missed = [p for p in entry["must_fail"] if run.outcomes[(entry["class"], p)].status == "passed"]
     assert missed == [], f"{name} ({entry['mistake']}) passed {missed}"
+    cost = [p for p in entry.get("must_pass", []) if run.outcomes[(entry["class"], p)].status != "passed"]
+    assert cost == [], f"{name} ({entry['mistake']}) lost {cost}, another property's business"
+    codes = {p: run.outcomes[(entry["class"], p)].code for p in entry.get("codes", {})}
+    assert codes == entry.get("codes", {}), name
     collateral = [f"{cls}.{prop}" for (cls, prop), o in run.outcomes.items()
                   if cls != entry["class"] and o.status != "passed"]
     assert collateral == [], f"{name} lost points in other classes: {collateral}"
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_buggy_variant_attends(graded_run, name):
+    """A single honest mistake (a wrong scale, a flipped mask, qkv split in the wrong order...) still
+    computes attention."""
+    run = graded_run(buggy_path(name))
+    assert [cls for cls in CLASSES if run.outcomes[(cls, "attends")].status != "passed"] == [], name
+
+
+@pytest.mark.parametrize("language", ["es", "en"])
+@pytest.mark.parametrize("name", FAKES)
+def test_fake_fails_attends_in_every_class(graded_run, name, language):
+    run = graded_run(SUBMISSIONS / "fakes" / f"{name}.py")
+    for cls in CLASSES:
+        outcome = run.outcomes[(cls, "attends")]
+        assert outcome.status == "failed", (name, cls, outcome.code)
+        assert missing_parameters(outcome, language) == [], (name, cls, outcome.code, outcome.params)
+        json.dumps(outcome.as_dict(), allow_nan=False)
 
 
 @pytest.mark.parametrize("language", ["es", "en"])

@@ -94,3 +94,30 @@ def test_a_hang_is_blamed_on_the_request_that_hung(worker):
     assert (error.kind, error.op, error.limit) == ("timeout", "__init__", 3)
     with pytest.raises(SubmissionHalted):  # the class is dead: it fails at once from now on
         worker.call("SelfAttention", "build", **build("f", 2)[1])
+
+
+def test_a_failure_names_the_call_the_worker_failed_on(worker):
+    """The outcome of a failed request carries, under example["call"], that request: the build's
+    when the constructor raised, the second call's when the second of two raised."""
+    from autograder.outcomes import outcome_from_exception
+    from autograder.properties.failures import example
+    from autograder.properties.harness import Remote
+
+    def failed(attempt):
+        example(B=1)
+        with pytest.raises((SubmissionError, SubmissionHalted)) as raised:
+            attempt()
+        return outcome_from_exception("SelfAttention", "shapes", raised.value).example
+
+    x = np.ones((1, 2, 4), np.float32)
+    assert failed(lambda: Remote(worker, "SelfAttention", d_model=3).run(x)) == {
+        "B": 1, "call": {"method": "__init__", "d_model": 3}}
+    wrong = np.ones((1, 2, 5), np.float32)
+    assert failed(lambda: Remote(worker, "SelfAttention", d_model=4).runs(((x,), {}), ((wrong,), {"seed": 3}))) == {
+        "B": 1, "call": {"method": "forward", "x": [1, 2, 5], "manual_seed": 3}}
+    halted = failed(lambda: Remote(worker, "MultiHeadAttention", d_model=4, num_heads=2).run(x, x, x))
+    assert halted["call"] == {"method": "__init__", "d_model": 4, "num_heads": 2}
+    hung = failed(lambda: Remote(worker, "SelfAttention", d_model=5).run(x))
+    assert hung["call"] == {"method": "__init__", "d_model": 5}
+    # The class is stopped now: a later request never reaches the worker, and no call is at fault.
+    assert failed(lambda: Remote(worker, "SelfAttention", d_model=4).run(x)) == {"B": 1}

@@ -83,6 +83,7 @@ class Graded:
     outcomes: list
     status: str = "graded"
     run_id: int | None = None
+    overview: str = ""  # what made whole groups of tests fail at once, shown at the top of the page
 
     @property
     def total(self):
@@ -114,9 +115,10 @@ def rescore(results, config):
         missing = [f"{p.cls}.{p.name}" for p in config.properties if (p.cls, p.name) not in have]
         if missing:
             raise ReportError(f"{result.key} was graded without {missing}: grade the cohort again (batch --regrade)")
-        graded.append(Graded(result.key, page_name(result.key), result.submitters,
-                             scoring.score(result.outcomes, config), result.outcomes, status_of(result.outcomes),
-                             getattr(result, "run_id", None)))
+        scored = scoring.score(result.outcomes, config)
+        overview = feedback.overview(result.outcomes, config.language)
+        graded.append(Graded(result.key, page_name(result.key), result.submitters, scored, result.outcomes,
+                             status_of(result.outcomes), getattr(result, "run_id", None), overview))
     return graded
 
 

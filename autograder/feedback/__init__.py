@@ -5,7 +5,12 @@ raw outcome can be shown in either language, in results.json or in a regenerated
 
 An outcome of a notebook whose failure has a place carries `cell` (the code cell, counted from 1)
 and `line` (the line within that cell): its message is the code's ".in_cell" form, which names both.
+
+What fails many tests at once is said once: render() gives results.json and the student pages an
+overview for their top (a file that could not be read or imported, a class not written yet), and
+each of those tests one line pointing there.
 """
+import dataclasses
 import re
 import string
 from functools import lru_cache
@@ -19,11 +24,68 @@ _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
 
+class _Missing(str):
+    """A parameter the message needs but the outcome lacks (or holds None): shown as '?'."""
+
+
+_MISSING = _Missing("?")
+
+
 class _Lenient(dict):
     """format_map helper: a parameter the message needs but the outcome lacks shows as '?'."""
 
     def __missing__(self, key):
-        return "?"
+        return _MISSING
+
+
+class _Word(str):
+    """A value of a catalog's `words` table, which knows whether what agrees with it takes the
+    plural: "los pesos difieren", not "los pesos difiere"."""
+
+    def __new__(cls, text, plural=False):
+        word = super().__new__(cls, text)
+        word.plural = plural
+        return word
+
+
+class _Formatter(string.Formatter):
+    """str.format, plus what a message needs to read naturally in any language:
+
+    - "{value:one|many}" is the form that agrees with the value: `many` for a number other than 1,
+      a list of other than one item, a plural word of the table, or True; `one` otherwise. So a
+      template says "{count} {count:valor|valores}" or "{what} {what:difiere|difieren}".
+    - a list of names is written "W_Q.weight, W_K.weight"; a list of integers (a shape, an index)
+      as a tuple, "(2, 3, 4)", as the call in the example line writes shapes.
+    """
+
+    def format_field(self, value, spec):
+        if "|" in spec:
+            one, many = spec.split("|", 1)
+            return value if isinstance(value, _Missing) else many if _plural(value) else one
+        if isinstance(value, list) and not spec:
+            return _listed(value)
+        return super().format_field(value, spec)
+
+
+_FORMATTER = _Formatter()
+
+
+def _plural(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value != 1
+    if isinstance(value, list):
+        return len(value) != 1
+    return getattr(value, "plural", False)
+
+
+def _listed(values):
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return str(tuple(values))
+    if all(isinstance(v, str) for v in values):
+        return ", ".join(values) or "—"
+    return str(values)
 
 
 @lru_cache(maxsize=None)
@@ -33,9 +95,18 @@ def catalog(language):
 
 
 def _fill(template, params, words):
-    values = _Lenient({k: ("?" if v is None else words.get(v, v) if isinstance(v, str) else v)
-                       for k, v in params.items()})
-    return string.Formatter().vformat(template, (), values)
+    return _FORMATTER.vformat(template, (), _Lenient({k: _value(v, words) for k, v in params.items()}))
+
+
+def _value(value, words):
+    """A parameter as a message shows it: a code of the words table as its words ("weights": "los
+    pesos", or {text: "los pesos", plural: true} for a word that takes the plural)."""
+    if value is None:
+        return _MISSING
+    word = words.get(value) if isinstance(value, str) else None
+    if isinstance(word, dict):
+        return _Word(word["text"], word.get("plural", False))
+    return value if word is None else _Word(word)
 
 
 def label(key, language, **params):
@@ -46,22 +117,195 @@ def title(cls, prop, language):
     return f"{cls}: {catalog(language)['titles'].get(prop, prop)}"
 
 
-def message(outcome, language):
-    """The full feedback for one outcome: what went wrong, the minimal example, a hint."""
+def message(outcome, language, context=None):
+    """The full feedback for one outcome: what went wrong, the minimal example, a hint, what the
+    code printed. With `context` (the Context of the submission's outcomes), a failure that the
+    top of the results explains is one line pointing there, a wrong output shape in a test other
+    than `shapes` says that this property cannot be judged until `shapes` passes, and an exception
+    where `shapes` fails too gets the hint to start there."""
     texts = catalog(language)
     if outcome.status == "passed":
         return texts["labels"]["passed"]
-    template, params = _template(outcome, texts["failures"])
-    lines = [_fill(template, params, texts["words"])]
-    if outcome.example:
-        shown = ", ".join(f"{k}={v}" for k, v in outcome.example.items())
-        lines.append(f"{texts['labels']['example']}: {shown}")
-    hint = texts["hints"].get(outcome.prop)
-    if hint and outcome.status == "failed":
-        lines.append(f"{texts['labels']['hint']}: {hint}")
+    if context is not None and context.explains(outcome):
+        lines = [context.short(outcome, language)]
+    else:
+        upstream = context is not None and context.upstream(outcome)
+        lines = [headline(outcome, language, upstream)]
+        if outcome.example and not _input_free(outcome.code):
+            lines.append(f"{texts['labels']['example']}: {_example(outcome, texts['labels'])}")
+        hint = None
+        if not upstream:
+            hint = (context and context.shapes_first(outcome, language)) or _hint(outcome, texts["hints"])
+        if hint:
+            lines.append(f"{texts['labels']['hint']}: {hint}")
     if outcome.output:
         lines.append(f"{texts['labels']['printed']}:\n{outcome.output}")
     return "\n".join(lines)
+
+
+def headline(outcome, language, upstream=False):
+    """The first line of an outcome's feedback: what went wrong. `upstream`: the form of a wrong
+    output shape or type that names the `shapes` test as the one to fix first."""
+    texts = catalog(language)
+    template, params = _template(outcome, texts["failures"])
+    if upstream:
+        template = texts["failures"][f"{outcome.code}.upstream"]
+        params = {**params, "shapes": title(outcome.cls, "shapes", language)}
+    return _fill(template, params, texts["words"])
+
+
+def _hint(outcome, hints):
+    """The hint of a failed property, in its class's own form ("CausalSelfAttention.train_dropout")
+    where the classes differ, or its form for one failure code ("scale.scale_unmeasurable") where
+    that failure points elsewhere. For an exception the submission raised, the property's form for
+    errors ("gradients.error") where its usual hint would mislead; none for other errors (a
+    timeout, code not written yet), which no hint about the property explains."""
+    cls, prop = outcome.cls, outcome.prop
+    if outcome.status == "failed":
+        keys = (f"{prop}.{outcome.code}", f"{cls}.{prop}", prop)
+    elif outcome.code == "submission.exception":
+        keys = (f"{cls}.{prop}.error", f"{prop}.error", f"{cls}.{prop}", prop)
+    else:
+        return None
+    return next((hints[key] for key in keys if key in hints), None)
+
+
+# Switches of a failing call said in words after it ("en modo entrenamiento"), and those not shown:
+# the seed of dropout's randomness tells a student nothing they can use, and the gradient fed to
+# backward is the grader's instrument ("seguida de backward" says enough).
+CALL_MODES = ("train", "grad", "noncontiguous", "device")
+CALL_HIDDEN = ("method", "seed", "manual_seed", "trace_sdpa", "upstream", "input_grads")
+
+
+def _example(outcome, labels):
+    """The example line: the sizes drawn, then the call that failed ("call", when the outcome has
+    one), as the student would write it. The seed of the inputs stays in the raw outcome only."""
+    example = outcome.example
+    parts = [", ".join(f"{k}={v}" for k, v in example.items() if k not in ("seed", "call"))]
+    call = example.get("call")
+    if isinstance(call, dict):
+        parts.append(_call(call, outcome.cls, labels))
+    return "; ".join(part for part in parts if part)
+
+
+def _call(call, cls, labels):
+    """forward(x (2, 3, 4), mask (2, 3, 3) float32, fused=True) and how it ran, from a call's
+    description (harness.describe_call): shapes for tensors, name=value for anything else, so a
+    key this code does not know still shows."""
+    method = call.get("method") or "forward"
+    arguments = []
+    for key, value in call.items():
+        if key in CALL_MODES or key in CALL_HIDDEN or key.endswith("_dtype"):
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            dtype = call.get(f"{key}_dtype")
+            arguments.append(f"{key} {tuple(value)}" + (f" {dtype}" if dtype else ""))
+        elif value is not None and value is not False:
+            arguments.append(f"{key}={value!r}")
+    shown = labels["call"].format(call=f"{cls if method == '__init__' else method}({', '.join(arguments)})")
+    modes = [labels["call_train"]] if call.get("train") else []
+    if call.get("grad"):
+        modes.append(labels["call_grad"])
+    if call.get("noncontiguous"):
+        modes.append(labels["call_noncontiguous"])
+    if call.get("device") not in (None, "cpu"):
+        modes.append(labels["call_device"].format(device=call["device"]))
+    return f"{shown} {', '.join(modes)}" if modes else shown
+
+
+def _whole_submission(code):
+    """Whether a code is a failure of the whole file, before any class ran: it could not be read
+    (load.*) or imported (its syntax, an import, a limit passed while importing)."""
+    return (code or "").startswith(("load.", "submission.import_")) or code == "submission.syntax_error"
+
+
+# Codes that, in every test of a class, mean the class is not written yet (the handout's stub).
+UNWRITTEN = ("submission.not_implemented", "submission.missing_class")
+# Failures of forward's results themselves: in a test other than `shapes`, the same bug as its.
+UPSTREAM = ("shape_mismatch", "missing_output", "not_a_tensor", "dtype_mismatch")
+FORWARD_RESULTS = ("output", "weights")
+
+
+def _input_free(code):
+    """Whether a failure is the same for every input, so that an example would say nothing."""
+    return _whole_submission(code) or code in UNWRITTEN
+
+
+class Context:
+    """What one test's feedback may say about the other tests of the same submission: whether the
+    file itself failed (then every test failed the same way), which classes are not written yet
+    (every test of the class raised NotImplementedError, or the class is missing, but for the
+    grader's own errors), and which classes fail their `shapes` test."""
+
+    def __init__(self, outcomes):
+        outcomes = list(outcomes)
+        by_class = {}
+        for outcome in outcomes:
+            by_class.setdefault(outcome.cls, []).append(outcome)
+        self.classes = list(by_class)
+        self.whole = next((o for o in outcomes if _whole_submission(o.code)), None)
+        self.unwritten = {}
+        for cls, found in by_class.items():
+            stub = [o for o in found if o.code in UNWRITTEN]
+            if stub and all(o.code in UNWRITTEN or o.code == "grader_error" for o in found):  # not the student's
+                self.unwritten[cls] = stub[0]
+        self.bad_shapes = {o.cls for o in outcomes if o.prop == "shapes" and o.status != "passed"}
+
+    def explains(self, outcome):
+        """Whether the top of the results (overview) already says what went wrong in this test."""
+        return _whole_submission(outcome.code) or (outcome.cls in self.unwritten and outcome.code in UNWRITTEN)
+
+    def short(self, outcome, language):
+        """The one line a test explained at the top shows instead of the whole message."""
+        if _whole_submission(outcome.code):
+            return label("see_top_load" if outcome.code.startswith("load.") else "see_top_import", language)
+        return f"{headline(outcome, language)} {label('see_top', language)}"
+
+    def shapes_first(self, outcome, language):
+        """The hint for an exception in a property other than `shapes` of a class whose `shapes` test
+        fails too: forward breaks on plain inputs already, so that test (and its hint) comes first."""
+        if outcome.code != "submission.exception" or outcome.prop == "shapes" or outcome.cls not in self.bad_shapes:
+            return None
+        hints = catalog(language)["hints"]
+        first = label("shapes_first", language, shapes=title(outcome.cls, "shapes", language))
+        return " ".join(filter(None, (first, hints.get(f"{outcome.cls}.shapes", hints.get("shapes")))))
+
+    def upstream(self, outcome):
+        """Whether a failure is the wrong shape or type of forward's results, in a property other than
+        `shapes` of a class whose `shapes` test fails too: this property cannot be judged yet."""
+        return (outcome.code in UPSTREAM and outcome.prop != "shapes" and outcome.cls in self.bad_shapes
+                and outcome.params.get("what") in FORWARD_RESULTS)
+
+
+def overview(outcomes, language):
+    """The text for the top of the results: what made whole groups of tests fail at once, said
+    once (each of those tests shows Context.short). "" when nothing did."""
+    context = Context(outcomes)
+    if context.whole is not None:
+        return f"{headline(context.whole, language)}\n{label('whole_submission', language)}"
+    lines = [f"{headline(o, language)} {label('unwritten_class', language, cls=cls)}"
+             for cls, o in context.unwritten.items()]
+    if len(context.unwritten) == len(context.classes) and all(
+            o.code == "submission.not_implemented" for o in context.unwritten.values()):
+        lines.insert(0, label("stub", language))
+    return "\n".join(lines)
+
+
+def render(scored, outcomes, language):
+    """The scored tests with each one's feedback rendered knowing the others (scoring.score calls
+    it): what results.json and the student pages show, under overview(). A test already sent
+    elsewhere (to the top, to `shapes`) does not also name its unmet prerequisites: one place to
+    start is enough."""
+    context = Context(outcomes)
+    by_key = {(o.cls, o.prop): o for o in outcomes}
+    tests = []
+    for test in scored:
+        outcome = by_key[(test.cls, test.prop)]
+        text = message(outcome, language, context)
+        if test.blocked_by and not (context.explains(outcome) or context.upstream(outcome)):
+            text = blocked(test.cls, test.blocked_by, outcome, text, language)
+        tests.append(dataclasses.replace(test, output=text))
+    return tests
 
 
 def _template(outcome, failures):
@@ -79,3 +323,14 @@ def _template(outcome, failures):
         if template:
             return template, params
     return failures.get(outcome.code, outcome.code or ""), {"cls": outcome.cls, **outcome.params}
+
+
+def blocked(cls, prerequisites, outcome, own_message, language):
+    """The feedback of a property whose prerequisites failed: why it earns nothing, which test to
+    fix first, then what the property itself found (passing alone is worth saying: fixing the
+    prerequisite will give these points back)."""
+    names = ", ".join(f"«{title(cls, r, language)}»" for r in prerequisites)
+    first = label("blocked" if len(prerequisites) == 1 else "blocked_many", language, names=names)
+    if outcome.status == "passed":
+        return f"{first}\n{label('blocked_alone_passes', language)}"
+    return f"{first}\n{own_message}"

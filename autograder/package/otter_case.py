@@ -28,7 +28,9 @@ def submission_file(folder="."):
 
 @functools.lru_cache(maxsize=None)
 def verdicts():
-    """{(class, property): its test in our results.json}, or the grader's error as text."""
+    """{(class, property): its test in our results.json}, or the grader's error as text. Otter shows
+    no top-level output, so what results.json says there once (a file that could not be imported,
+    a class not written yet) leads each test's output, which only points at it."""
     with tempfile.TemporaryDirectory(prefix="attention-otter-") as out:
         done = subprocess.run(
             [sys.executable, "-E", "-m", "autograder", "grade", str(submission_file()),
@@ -38,8 +40,10 @@ def verdicts():
         results = Path(out) / "results.json"
         if not results.exists():
             return f"the attention grader failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
-        tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
-    return {tuple(test["tags"]): test for test in tests}
+        written = json.loads(results.read_text(encoding="utf-8"))
+    top = written.get("output") or ""
+    return {tuple(test["tags"]): {**test, "output": "\n".join(filter(None, (top, test["output"])))}
+            for test in written["tests"]}
 
 
 def check(cls, prop):

@@ -23,24 +23,70 @@ def masked_weights_zero(weights, mask, code="masked_weight_not_zero"):
             count=int((leaked != 0).sum()))
 
 
+# Largest relative residual of the scale fit that is still a measurement. Weights that are
+# softmax(c·scores), computed in float32, leave about 1e-7; weights that are not (Q from W_K, heads
+# split as strided columns, K·Qᵀ, softmax over the queries) leave 0.1 and more.
+FIT_RESIDUAL = 1e-3
+
+
 def fitted_scale(weights, scores):
-    """Fit c in log w_ij - log w_i0 = c (s_ij - s_i0) over every row with usable weights."""
+    """Fit c in log w_ij - log w_i0 = c (s_ij - s_i0) over every row with usable weights: (c, the
+    fit's relative residual), or None with fewer than two usable differences. A residual far from
+    zero means the weights are softmax(c·scores) for no c at all, so c measures nothing."""
     log_w = np.log(np.where(weights > 1e-30, weights, np.nan))
     dy = (log_w - log_w[..., :1]).ravel()
     dx = (scores - scores[..., :1]).ravel()
     usable = np.isfinite(dy) & (np.abs(dx) > 1e-3)
     if usable.sum() < 2:
         return None
-    return float(dy[usable] @ dx[usable] / (dx[usable] @ dx[usable]))
+    dy, dx = dy[usable], dx[usable]
+    scale = float(dy @ dx / (dx @ dx))
+    residual = float(np.linalg.norm(dy - scale * dx) / np.linalg.norm(dy)) if dy.any() else 0.0
+    return scale, residual
 
 
 def scale_is(weights, scores, d_k):
+    """The weights are softmax(scores / sqrt(d_k)), scores being the reference's unscaled QKᵀ. When
+    no scale fits them, the mistake is upstream of the scale (projections, head split, a transposed
+    product, the softmax's axis): reported as that, not as a measured value that means nothing."""
     expected = 1.0 / np.sqrt(d_k)
-    measured = fitted_scale(weights, scores)
-    if measured is None:
+    fit = fitted_scale(weights, scores)
+    if fit is None:
         return
+    measured, residual = fit
+    require(residual <= FIT_RESIDUAL, "scale_unmeasurable", d_k=d_k, residual=round(residual, 3))
     require(abs(measured - expected) <= 1e-3 * expected, "wrong_scale",
             measured=round(measured, 5), expected=round(expected, 5), d_k=d_k)
+
+
+# The `attends` property: multiplying the keys (W_K's output) by KEY_FACTOR multiplies every score
+# by it, which moves every softmax row with two or more allowed positions.
+KEY_FACTOR = 3.0
+# An example can tell when the reference itself moves by ATTENDS_VISIBLE or more; the module must
+# then move by at least ATTENDS_FRACTION of what the reference moves. Every honest mistake of the
+# corpus (a wrong scale, a flipped mask, softmax over the queries...) moves by far more; a module that computes
+# no attention (uniform weights, a running mean, a 1e-30 term in the scores) does not move at all.
+ATTENDS_VISIBLE = 1e-2
+ATTENDS_FRACTION = 1e-2
+
+
+def key_scale(layer, rows=None):
+    """The load option (parameters.draw's scale) that multiplies the keys by KEY_FACTOR."""
+    return {"layer": layer, "rows": rows, "factor": KEY_FACTOR}
+
+
+def responds_to_keys(before, after, expected_before, expected_after, what, layer):
+    """`before` and `after` are what the module returned with its keys as drawn and multiplied by
+    KEY_FACTOR (layer: where the keys come from), the expected_* the reference's for the same."""
+    expected = float(np.abs(expected_after - expected_before).max())
+    if expected < ATTENDS_VISIBLE:
+        return  # this example cannot tell (scores nearly equal along every row); others can
+    with np.errstate(invalid="ignore"):
+        moved = np.abs(after - before)
+    moved[(after == before) | (np.isnan(after) & np.isnan(before))] = 0.0  # NaN only where it was NaN
+    change = float(np.nan_to_num(moved, nan=np.inf).max())
+    require(change >= ATTENDS_FRACTION * expected, "keys_ignored", what=what, layer=layer,
+            factor=KEY_FACTOR, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
 
 
 def batch_independent(run, inputs, rng, outputs_shape_checker):
@@ -248,3 +294,179 @@ def cuda_available(worker, owner):
     if not hasattr(worker, "cuda"):
         worker.cuda = worker.call(owner, "probe")["cuda"]
     return worker.cuda
+
+
+# reference_match's tolerance: the old fixed one (the absolute part scaled with the magnitude of
+# the inputs, for outputs) plus ROUNDING_SAFETY times the float32 rounding bound of reference.*_bounded.
+REFERENCE_ATOL = 1e-5
+REFERENCE_RTOL = 1e-4
+ROUNDING_SAFETY = 2.0
+
+
+def reference_tolerance(expected, bound, magnitude=1.0):
+    return REFERENCE_ATOL * magnitude + ROUNDING_SAFETY * bound + REFERENCE_RTOL * np.abs(expected)
+
+
+def matches_reference(actual, expected, bound, code, magnitude=1.0, **params):
+    """`actual` (what the module returned) is the float64 reference `expected` up to float32's
+    rounding (`bound`, entry by entry) and the usual tolerance; else `code`, with the worst entry."""
+    tolerance = reference_tolerance(expected, bound, magnitude)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(actual - expected) <= tolerance)  # NaN never matches
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure(code, index=list(index), got=float(actual[index]), expected=float(expected[index]),
+                              tolerance=float(f"{tolerance[index]:.3g}"), **params)
+
+
+def inputs_unchanged(reply, names):
+    """The call left its inputs as they were sent. names: the worker's keys for them ("0", "1"...
+    for positional ones, "mask") -> the names the statement gives them."""
+    changed = [names.get(key, key) for key in reply.modified]
+    require(not changed, "input_modified", names=changed)
+
+
+# A gradient an input must not get: exactly zero for every correct module tried (masked weights are
+# exactly 0, so their backward terms are too); the relative bound only absorbs kernels that round.
+GRADIENT_LEAK = 1e-6
+
+
+def no_gradient_where_blocked(grad, blocked, what, row):
+    """grad (B, T, d): an input's gradient from the outputs of query row `row` alone; blocked (B, T):
+    the positions of that input this row may not read (masked, or in the future). They must get
+    no gradient, as they got no weight."""
+    if grad is None:
+        return
+    leak = np.abs(grad).max(axis=-1)
+    bad = blocked & (leak > GRADIENT_LEAK * max(float(np.abs(grad).max()), 1e-30))
+    if bad.any():
+        batch, position = (int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure("gradient_through_mask", what=what, row=row, batch=batch, position=position,
+                              gradient=float(f"{leak[batch, position]:.3g}"))
+
+
+def shapes_across_calls(module, calls, shaped, fresh, lengths):
+    """One module, several calls: calls[0] at a first length, calls[1] at another (longer) one,
+    then any calls on that longer input, each non-contiguous one right after its contiguous twin.
+    shaped(i, reply): call i's outputs, shape-checked; fresh(): a new module like `module`.
+
+    A call that raises is named: the longer input failing on this module but not on a fresh one
+    (something kept from the first length), or a non-contiguous input failing where its
+    contiguous twin did not (a view on an input). A non-contiguous twin must also give the same
+    values as its contiguous one."""
+    from .harness import call_failure, runs_until_failure
+
+    replies, failed = runs_until_failure(module, *calls)
+    if failed:
+        index, error = failed
+        if index == 1 and runs_until_failure(fresh(), calls[1])[1] is None:
+            raise call_failure(error, "length_change_failed", first=lengths[0], then=lengths[1])
+        if calls[index][1].get("noncontiguous"):
+            raise call_failure(error, "noncontiguous_input_failed")
+        raise error
+    got = [shaped(i, reply) for i, reply in enumerate(replies)]
+    for i, (_, options) in enumerate(calls):
+        if options.get("noncontiguous"):
+            for what, mine, twin in zip(("output", "weights"), got[i], got[i - 1]):
+                expect_close(mine, twin, "noncontiguous_mismatch", what=what)
+
+
+def reference_across_calls(module, calls, shaped, expected, fresh, names):
+    """One module, several calls (the same input again among them): each call's outputs
+    (shaped(i, reply), a list) must match expected(i), a list of (reference, rounding bound,
+    magnitude of the inputs, what) from reference.*_bounded, and leave its inputs unchanged
+    (names: inputs_unchanged's). A later call that misses while the same call on a fresh module
+    (fresh()) matches shows a module that depends on its earlier calls."""
+    replies = module.runs(*calls)
+    for i, reply in enumerate(replies):
+        got = shaped(i, reply)
+        inputs_unchanged(reply, names)
+        for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
+            params = {"what": what, "call": i + 1, "calls": len(calls), "scale": magnitude}
+            try:
+                matches_reference(actual, want, bound, "reference_mismatch_at", magnitude, **params)
+            except PropertyFailure as failure:
+                if i == 0:
+                    raise
+                args, options = calls[i]
+                again = shaped(i, fresh().run(*args, **options))
+                if all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected(i))):
+                    raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, **params}) from None
+                raise
+
+
+def eval_repeatable(module, calls, shaped):
+    """In eval, on one module: calls[0] and calls[1] are the same input (with other seeds), then
+    other inputs, and calls[0]'s input again last. Same input, same outputs: exactly, both right
+    away (dropout off in eval) and after the other calls (nothing kept from one call for the next)."""
+    replies = module.runs(*calls)
+    got = [shaped(i, reply) for i, reply in enumerate(replies)]
+    for code, later in (("eval_not_deterministic", 1), ("eval_depends_on_earlier_calls", len(calls) - 1)):
+        for what, first, again in zip(("output", "weights"), got[0], got[later]):
+            expect_close(again, first, code, atol=0, rtol=0, what=what, call=later + 1)
+
+
+def masks_accepted(module, calls, shaped, masks, head_mask=lambda m: m):
+    """Every mask the statement allows: each call (one mask each, masks[i]) must run, and its weights
+    (shaped(i, reply)[1]) be exactly 0 wherever the mask (as head_mask broadcasts it) is 0."""
+    from .harness import call_failure, runs_until_failure
+
+    replies, failed = runs_until_failure(module, *calls)
+    if failed:
+        index, error = failed
+        mask = masks[index]
+        raise call_failure(error, "mask_not_accepted", shape=list(mask.shape), dtype=mask.dtype.name)
+    for i, reply in enumerate(replies):
+        mask = masks[i]
+        weights = shaped(i, reply)[1]
+        blocked = np.broadcast_to(head_mask(mask), weights.shape) == 0
+        leaked = np.abs(weights[blocked])
+        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask",
+                shape=list(mask.shape), dtype=mask.dtype.name,
+                max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
+
+
+def gradients_in_calls(module, calls, checked):
+    """Calls with grad=True in one exchange; checked(i, reply) judges each. A backward that raises
+    (an in-place operation on a tensor autograd saved, say) fails as backward_failed, naming the
+    situation of the call (train mode, mask). A forward pass that raises in train mode alone is
+    train_dropout's business: then the eval calls are judged alone."""
+    from .harness import call_failure, runs_until_failure
+
+    replies, failed = runs_until_failure(module, *calls)
+    if failed:
+        index, error = failed
+        options = calls[index][1]
+        if (error.message or "").startswith("backward(): "):
+            situation = ("backward_train_mask" if options.get("train") and options.get("mask") is not None
+                         else "backward_train" if options.get("train")
+                         else "backward_mask" if options.get("mask") is not None else "backward_eval")
+            message = error.message[len("backward(): "):].split(" Hint: enable anomaly detection")[0]
+            raise call_failure(error, "backward_failed", message=message.rstrip("."), situation=situation)
+        if not options.get("train"):
+            raise error
+        evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]
+        replies = dict(zip(evaluated, module.runs(*(calls[i] for i in evaluated))))
+        for i in evaluated:
+            checked(i, replies[i])
+        return
+    for i, reply in enumerate(replies):
+        checked(i, reply)
+
+
+def outputs_finite(reply):
+    """Whether a call's outputs are all finite numbers (no NaN from the forward pass itself)."""
+    return all(isinstance(o, np.ndarray) and o.dtype.kind == "f" and np.isfinite(o).all() for o in reply.outputs)
+
+
+def agrees_with_reference(reply, index, expected, bound):
+    """Whether output `index` of a call is the reference's (its shape, within reference_match's
+    tolerance), without failing: a property that judges something downstream of the forward pass
+    (where gradients flow) judges it only on a forward pass that is right, so that one mistake of
+    the forward pass does not cost this property as well."""
+    if index >= len(reply.outputs):
+        return False
+    actual = reply.outputs[index]
+    if not (isinstance(actual, np.ndarray) and actual.shape == expected.shape and actual.dtype.kind == "f"):
+        return False
+    return bool(np.all(np.abs(actual.astype(np.float64) - expected) <= reference_tolerance(expected, bound)))

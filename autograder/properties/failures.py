@@ -3,9 +3,12 @@
 The code and its parameters (not a finished sentence) travel to the outcome, so feedback can be
 rendered in Spanish or English, now or later from the store, from the same raw outcome.
 """
+import copy
+
 import numpy as np
 
 _current_example = {}
+_current_call = {}
 
 
 def example(**dims):
@@ -16,11 +19,22 @@ def example(**dims):
     """
     _current_example.clear()
     _current_example.update({k: _plain(v) for k, v in dims.items()})
+    _current_call.clear()
+
+
+def calling(description):
+    """Record the call to the worker that a failure raised now is about (see harness.Remote), as
+    plain data; None when no call of this example is at fault."""
+    _current_call.clear()
+    _current_call.update(description or {})
 
 
 def current_example():
-    """The example under test now (a copy)."""
-    return dict(_current_example)
+    """The example under test now (a copy), with the call at fault under "call" when there is one."""
+    found = dict(_current_example)
+    if _current_call:
+        found["call"] = copy.deepcopy(_current_call)
+    return found
 
 
 def _plain(value):

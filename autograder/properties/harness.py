@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from ..worker import parameters
-from ..worker.client import SubmissionError
-from .failures import PropertyFailure, as_array
+from ..worker.client import SubmissionError, SubmissionHalted
+from .failures import PropertyFailure, as_array, calling
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
@@ -25,12 +25,17 @@ CONTRACT_LAYERS = {
 
 
 class Reply:
-    def __init__(self, raw):
+    def __init__(self, raw, call=None):
         self.outputs = raw.get("outputs", [])
         self.grads = raw.get("grads", {})
         self.sdpa_calls = raw.get("sdpa_calls", 0)
+        self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
+        self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
+        self.call = call
 
     def output(self, index, shape, what):
+        """One output, checked; a failure from now on is about this reply's call (the last one read)."""
+        calling(self.call)
         if index >= len(self.outputs):
             raise PropertyFailure("missing_output", what=what, count=len(self.outputs))
         return as_array(self.outputs[index], shape, what)
@@ -46,15 +51,26 @@ class Remote:
     missing against the contract is parameter_count's business: the reference uses whichever the
     module has. Parameters outside the contract's layers (say a mask stored as a Parameter) keep
     the submission's own values, so that the other checks still judge the student's module
-    rather than one filled with noise.
+    rather than one filled with noise. load_scale (parameters.draw's scale) multiplies some rows of
+    one layer after the same draws: the keys alone, say. A contract layer missing from the module
+    fails the build (missing_parameters), unless `required` leaves it out: then the others are
+    loaded and `missing_layers` names it.
+
+    Every failure raised while a request is out carries a description of the call at fault
+    (failures.calling): the request the worker failed on, else the last build or call sent, or the
+    last reply read.
     """
 
-    def __init__(self, worker, cls, load_seed=None, **kwargs):
+    def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, **kwargs):
         self.worker, self.cls = worker, cls
         self.handle = str(next(_handles))
         self.layers = CONTRACT_LAYERS[cls]
-        self.load_seed = load_seed
+        self.required = self.layers if required is None else required
+        self.load_seed, self.load_scale = load_seed, load_scale
         load = None if load_seed is None else {"seed": load_seed, "layers": list(self.layers)}
+        if load_scale is not None:
+            parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
+            load["scale"] = load_scale
         self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load})
         self._description = None
 
@@ -68,10 +84,29 @@ class Remote:
         """Send requests, after the build if it is still pending; return their answers, in order,
         raising the build's failure first, then the contract's, then each request's own."""
         pending = [self._pending_build] if self._pending_build else []
-        answers = self.worker.calls(self.cls, [*pending, *requests])
+        sent = [*pending, *requests]
+        try:
+            answers = self.worker.calls(self.cls, sent)
+        except SubmissionHalted as halted:
+            if halted.error.request is None:  # the worker answered none of them: no call is at fault
+                calling(None)
+            else:
+                self._at(sent[halted.error.request])
+            raise
         if pending:
+            self._at(sent[0])
             self._built(_answer(answers.pop(0)))
-        return [_answer(answer) for answer in answers]
+        results = []
+        for request, answer in zip(requests, answers):
+            self._at(request)
+            results.append(_answer(answer))
+        return results
+
+    def _at(self, request):
+        """Make `request` the call a failure is about, if it is a build or a call."""
+        description = describe_call(self.cls, *request)
+        if description is not None:
+            calling(description)
 
     def _built(self, info):
         """Take the build's reply (its form checked by worker/protocol.py): the parameters' total
@@ -83,10 +118,11 @@ class Remote:
             raise PropertyFailure("too_many_parameters", count=count, limit=MAX_PARAMETER_ELEMENTS)
         self._param_shapes = shapes = {k: tuple(v) for k, v in params.items()}
         if self.load_seed is not None:
-            missing = [f"{layer}.weight" for layer in self.layers if f"{layer}.weight" not in shapes]
+            missing = [f"{layer}.weight" for layer in self.required if f"{layer}.weight" not in shapes]
             if missing:
                 raise PropertyFailure("missing_parameters", names=missing, found=sorted(shapes))
-            chosen = parameters.draw(np.random.default_rng(self.load_seed), shapes, self.layers)
+            self._missing_layers = [layer for layer in self.layers if f"{layer}.weight" not in shapes]
+            chosen = parameters.draw(np.random.default_rng(self.load_seed), shapes, self.layers, self.load_scale)
             self._params = {k: v.astype(np.float64) for k, v in chosen.items()}
 
     @property
@@ -97,6 +133,11 @@ class Remote:
     def params(self):
         """The contract layers' parameters as loaded (float64): only for a module built with load_seed."""
         return self.build()._params
+
+    @property
+    def missing_layers(self):
+        """The contract layers the module lacks (only for a module built with load_seed)."""
+        return self.build()._missing_layers
 
     def _describe(self, key):
         if self._description is None:
@@ -123,8 +164,8 @@ class Remote:
         """Several run(*args, **options) calls, given as (args, options) pairs, sent in one exchange
         with the worker (one round trip instead of one each); their Replies, in order. A failure
         is raised as run would raise it, the first failing call's first."""
-        return [Reply(raw) for raw in self._send(*(("call", _call(self.handle, *args, **options))
-                                                   for args, options in calls))]
+        requests = [("call", _call(self.handle, *args, **options)) for args, options in calls]
+        return [Reply(raw, describe_call(self.cls, *request)) for raw, request in zip(self._send(*requests), requests)]
 
     @property
     def parameter_count(self):
@@ -132,13 +173,66 @@ class Remote:
 
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
-          device="cpu", **kwargs):
-    """A call request: run `method` of module `handle` with these inputs and switches."""
+          device="cpu", noncontiguous=False, upstream=None, input_grads=(), **kwargs):
+    """A call request: run `method` of module `handle` with these inputs and switches.
+
+    noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
+    upstream (with grad): the gradient of output 0 to run backward from (float32, output 0's
+    shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
+    gradients the reply also carries."""
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
-            "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device}
+            "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device,
+            "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads)}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
+
+# Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).
+ARGUMENT_NAMES = {
+    ("MultiHeadAttention", "forward"): ("query", "key", "value", "mask"),
+    ("MultiHeadAttention", "split_heads"): ("x", "batch_size"),
+}
+# Switches of a call that are the grader's instruments, not something the submission was asked.
+INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace_sdpa")
+# A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
+SWITCH_NAMES = {"seed": "manual_seed"}
+
+
+def describe_call(cls, op, args):
+    """A build or call request as a failure's example shows it: plain JSON, language-neutral and
+    the same on every run. The method; each array argument's shape (with its dtype where it is not
+    float32, and always for a mask); other arguments and switches only when set (not None, False,
+    0, empty or "cpu"). None for the other requests (describe, probe)."""
+    if op == "build":
+        return {"method": "__init__", **{k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}}
+    if op != "call":
+        return None
+    names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))
+    named = [(names[i] if i < len(names) else f"arg{i}", value) for i, value in enumerate(args["args"])]
+    named += list(args["kwargs"].items())
+    named += [(SWITCH_NAMES.get(key, key), value) for key, value in args.items() if key not in INTERNAL_SWITCHES]
+    described = {"method": args["method"]}
+    for name, value in named:
+        if isinstance(value, np.ndarray):
+            described[name] = list(value.shape)
+            if name == "mask" or value.dtype != np.float32:
+                described[f"{name}_dtype"] = value.dtype.name
+        elif not _unset(value):
+            described[name] = _plain_value(value)
+    return described
+
+
+def _unset(value):
+    return (value is None or value is False or (type(value) in (int, float) and value == 0) or value == "cpu"
+            or (type(value) in (list, tuple) and not value))
+
+
+def _plain_value(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain_value(v) for v in value]
+    return value if isinstance(value, (bool, int, float, str)) else repr(value)
 
 
 def _answer(answer):
@@ -151,11 +245,49 @@ def gaussian(rng, *shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def random_mask(rng, *shape):
-    """A 0/1 mask with column 0 always open, so that no row is fully masked."""
-    mask = (rng.random(shape) < 0.6).astype(np.float32)
-    mask[..., 0] = 1.0
-    return mask
+# The masks the statement allows: torch.bool, torch.long or torch.float32, holding 0 and 1.
+MASK_DTYPES = ("bool", "int64", "float32")
+
+# Magnitudes of the inputs reference_match compares at: scores from ~1e-4 to ~1e3 (float32's
+# rounding, which grows with them, is allowed for: reference.*_bounded).
+INPUT_SCALES = (0.01, 1.0, 30.0)
+
+
+def random_mask(rng, *shape, dtype="float32"):
+    """A 0/1 mask (of one of MASK_DTYPES) with column 0 always open, so that no row is fully masked."""
+    mask = rng.random(shape) < 0.6
+    mask[..., 0] = True
+    return mask.astype(dtype)
+
+
+def one_row(shape, row, rng):
+    """An upstream gradient (float32) that is zero except on query row `row` (axis -2)."""
+    upstream = np.zeros(shape, np.float32)
+    upstream[..., row, :] = rng.standard_normal(upstream[..., row, :].shape)
+    return upstream
+
+
+def runs_until_failure(module, *calls):
+    """module.runs(*calls) as (replies, None); when one call raised (the submission's exception,
+    an input-dependent failure), (None, (its index among calls, the SubmissionError)) instead, so
+    that a property can say which of its calls the submission could not take. Failures that no
+    input avoids (a timeout, a crash) and the build's own are raised as usual."""
+    offset = 1 if module._pending_build else 0
+    try:
+        return module.runs(*calls), None
+    except SubmissionError as error:
+        index = getattr(error, "request", None)
+        if error.kind != "exception" or index is None or index < offset:
+            raise
+        return None, (index - offset, error)
+
+
+def call_failure(error, code, message=None, **params):
+    """PropertyFailure `code` about a call the submission raised on (a SubmissionError), naming its
+    exception, message (or `message`) and line (and cell, in a notebook)."""
+    where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
+    return PropertyFailure(code, error=error.message if message is None else message, exc_type=error.exc_type,
+                           **where, **params)
 
 
 def graded(cls, prop):

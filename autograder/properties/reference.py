@@ -76,3 +76,74 @@ def causal_self_attention(params, heads, x):
 def unscaled_scores(q, k):
     """q·k for every pair, without the 1/sqrt(d_k): what the scale fit regresses against."""
     return q @ np.swapaxes(k, -1, -2)
+
+
+# ---- float32 rounding bounds -------------------------------------------------------------------
+# A correct module computes in float32 (or better), in any order of operations: einsum, baddbmm,
+# SDPA, a loop over heads, float64 inside. Its result differs from the float64 reference by
+# rounding alone, by at most what the functions below bound, entry by entry: each value is carried
+# with a bound on its error, propagated through every operation with the classic worst-case bound
+# γ(n) = n·u on a sum of n products (u = 2⁻²⁴, float32's unit roundoff). The bound grows with the
+# inputs' magnitude as the rounding does (scale 30 gives scores in the thousands, where float32
+# leaves errors of ~1e-3), and holds whatever the summation order.
+UNIT_ROUNDOFF = 2.0 ** -24
+
+
+def _gamma(n):
+    return n * UNIT_ROUNDOFF
+
+
+def linear_bounded(x, error, params, name):
+    """linear(), and a bound on a float32 module's error in it given `error` on x."""
+    weight = np.abs(params[f"{name}.weight"])
+    bias = params.get(f"{name}.bias")
+    magnitude = np.abs(x) @ weight.T + (0.0 if bias is None else np.abs(bias))
+    return linear(x, params, name), error @ weight.T + _gamma(weight.shape[-1] + 1) * magnitude
+
+
+def attention_bounded(q, eq, k, ek, v, ev, mask=None):
+    """attention() with bounds: (output, weights, output's bound, weights' bound), given bounds on
+    q, k and v. Scores are off by at most es; a softmax weight w_ij then by at most
+    w_ij·(es_ij + Σ_k w_ik·es_ik) plus its own rounding; masked weights are exactly 0 either way."""
+    d, time = q.shape[-1], k.shape[-2]
+    out, weights = attention(q, k, v, mask)
+    qa, ka = np.abs(q), np.abs(k)
+    kt = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    es = (eq @ kt(ka) + qa @ kt(ek) + _gamma(d + 3) * (qa @ kt(ka))) / np.sqrt(d)
+    if mask is not None:
+        es = np.where(np.broadcast_to(mask, es.shape) == 0, 0.0, es)
+    ew = weights * (es + (weights * es).sum(axis=-1, keepdims=True) + _gamma(time + 6))
+    eo = ew @ np.abs(v) + weights @ ev + _gamma(time + 2) * (weights @ np.abs(v))
+    return out, weights, eo, ew
+
+
+def self_attention_bounded(params, x, mask=None):
+    """self_attention() with its bounds: (output, weights, output's bound, weights' bound)."""
+    (q, eq), (k, ek), (v, ev) = (linear_bounded(x, np.zeros_like(x), params, n) for n in ("W_Q", "W_K", "W_V"))
+    return attention_bounded(q, eq, k, ek, v, ev, mask)
+
+
+def head_mask(mask):
+    """A MultiHeadAttention mask as it broadcasts against (B, h, Tq, Tk): a 3-D mask is (B, Tq, Tk)
+    (or (1, Tq, Tk)), the same for every head; 2-D and 4-D masks broadcast as they are."""
+    return mask[:, None] if mask is not None and mask.ndim == 3 else mask
+
+
+def multi_head_attention_bounded(params, heads, query, key, value, mask=None):
+    """multi_head_attention() with its bounds: (output, weights, output's bound, weights' bound)."""
+    projected = [linear_bounded(t, np.zeros_like(t), params, n)
+                 for t, n in ((query, "W_Q"), (key, "W_K"), (value, "W_V"))]
+    (q, eq), (k, ek), (v, ev) = ((split_heads(t, heads), split_heads(e, heads)) for t, e in projected)
+    context, weights, econtext, eweights = attention_bounded(q, eq, k, ek, v, ev, head_mask(mask))
+    out, eout = linear_bounded(merge_heads(context), merge_heads(econtext), params, "W_O")
+    return out, weights, eout, eweights
+
+
+def causal_self_attention_bounded(params, heads, x):
+    """causal_self_attention() with its bound: (output, output's bound)."""
+    width, time = x.shape[-1], x.shape[1]
+    qkv, eqkv = linear_bounded(x, np.zeros_like(x), params, "qkv")
+    (q, eq), (k, ek), (v, ev) = ((split_heads(qkv[..., i * width:(i + 1) * width], heads),
+                                  split_heads(eqkv[..., i * width:(i + 1) * width], heads)) for i in range(3))
+    context, _, econtext, _ = attention_bounded(q, eq, k, ek, v, ev, np.tril(np.ones((time, time))))
+    return linear_bounded(merge_heads(context), merge_heads(econtext), params, "proj")

@@ -5,15 +5,16 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require
-from .harness import Remote, gaussian, graded
+from .harness import INPUT_SCALES, Remote, gaussian, graded, one_row
 from .strategies import causal_dims, dropout_rates, parameter_seed, rng_for, seeds
 
 CLS = "CausalSelfAttention"
 
 
-def build(worker, dims, dropout=0.0, load_seed=None):
+def build(worker, dims, dropout=0.0, load_seed=None, **load):
+    """load: Remote's other load options (load_scale, required)."""
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, load_seed, n_embd=dims["n_embd"], n_head=dims["n_head"],
+    return Remote(worker, CLS, load_seed, **load, n_embd=dims["n_embd"], n_head=dims["n_head"],
                   block_size=dims["block_size"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
@@ -33,11 +34,33 @@ def expected(params, dims, x):
     return reference.causal_self_attention(params, dims["n_head"], x.astype(np.float64))
 
 
+# What the worker calls the input (positional by index) -> the statement's name.
+INPUT_NAMES = {"0": "x"}
+
+
+def two_lengths(dims, longer):
+    """Two lengths T1 < T2 <= block_size (equal only when block_size is 1)."""
+    T, block = dims["T"], dims["block_size"]
+    if T < block:
+        return T, min(block, T + longer)
+    return max(1, T - longer), T
+
+
 @graded(CLS, "shapes")
-@given(dims=causal_dims(), fused=st.booleans())
-def test_shapes(worker, dims, fused):
+@given(dims=causal_dims(), longer=st.integers(1, 3))
+def test_shapes(worker, dims, longer):
+    """One module, any length up to block_size in any order, any memory layout: T1, then a longer T2
+    on the same module, then that input laid out non-contiguously, on both paths."""
     module = build(worker, dims)
-    output(module.run(inputs(rng_for(dims), dims), fused=fused), dims)
+    first, second = two_lengths(dims, longer)
+    short, long = {**dims, "T": first}, {**dims, "T": second}
+    example(**short, T2=second)
+    rng = rng_for(dims)
+    x, x2 = inputs(rng, short), inputs(rng, long)
+    calls = [((x,), {}), ((x2,), {}), ((x2,), {"noncontiguous": True}),
+             ((x2,), {"fused": True}), ((x2,), {"fused": True, "noncontiguous": True})]
+    checks.shapes_across_calls(module, calls, lambda i, reply: [output(reply, short if i == 0 else long)],
+                               lambda: build(worker, short), (first, second))
 
 
 @graded(CLS, "parameter_count")
@@ -89,12 +112,24 @@ def test_causality(worker, dims, data):
 
 
 @graded(CLS, "reference_match")
-@given(dims=causal_dims())
-def test_reference_match(worker, dims):
+@given(dims=causal_dims(), scales=st.permutations(INPUT_SCALES))
+def test_reference_match(worker, dims, scales):
+    """Four calls on one module (lengths are `shapes`' business): an input at each scale, then the
+    first input again."""
     module, rng = loaded(worker, dims, dropout=0.2)
-    x = inputs(rng, dims)
-    expect_close(output(module.run(x), dims), expected(module.params, dims, x), "reference_mismatch",
-                 what="output", masked=True)
+    example(**dims, dropout=0.2, scales=list(scales))
+    first, second, third = scales
+    xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
+    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {}), ((xs[0],), {})]
+    magnitudes = [first, second, third, first]
+
+    def wanted(i):
+        (x,), _ = calls[i]
+        out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
+        return [(out, bound, magnitudes[i], "output")]
+
+    checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, dims)], wanted,
+                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES)
 
 
 @graded(CLS, "batch_independence")
@@ -107,10 +142,13 @@ def test_batch_independence(worker, dims):
 @graded(CLS, "eval_deterministic")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
+    """In eval, the same input twice in a row (other seeds: dropout must be off), then other
+    inputs, then the first input again: always the same output."""
     module, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
-    first, second = (output(module.run(x, seed=s), dims) for s in (seed, seed + 1))
-    expect_close(second, first, "eval_not_deterministic", atol=0, rtol=0, what="output")
+    xs = [x, x, inputs(rng, dims), inputs(rng, dims), x]
+    checks.eval_repeatable(module, [((x_i,), {"seed": seed + i}) for i, x_i in enumerate(xs)],
+                           lambda i, reply: [output(reply, dims)])
 
 
 @graded(CLS, "train_dropout")
@@ -139,10 +177,39 @@ def test_train_dropout(worker, dims, seed, p):
 
 
 @graded(CLS, "gradients")
-@given(dims=causal_dims(min_time=2), fused=st.booleans())
-def test_gradients(worker, dims, fused):
-    module, rng = loaded(worker, dims)
-    checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), fused=fused, grad=True))
+@given(dims=causal_dims(min_time=2), fused=st.booleans(), p=dropout_rates, seed=seeds, data=st.data())
+def test_gradients(worker, dims, fused, p, seed, data):
+    """Every parameter gets a finite, nonzero gradient in eval and in train mode (dropout p), on both
+    paths; and no gradient reaches a token from the outputs of the tokens before it."""
+    # Enough tokens (B·T >= 64) that dropout cannot silence every path of a correct module.
+    dims = {**dims, "B": max(dims["B"], -(-64 // dims["T"]))}
+    module, rng = loaded(worker, dims, dropout=p)
+    B, T, C = dims["B"], dims["T"], dims["n_embd"]
+    row = data.draw(st.integers(0, T - 2), label="row")
+    example(**dims, dropout=p, fused=fused, dropout_seed=seed, row=row)
+    x = inputs(rng, dims)
+    upstream = one_row((B, T, C), row, rng)
+    train = {"grad": True, "train": True}
+    calls = [((x,), {"grad": True, "fused": fused}), ((x,), {**train, "seed": seed}),
+             ((x,), {**train, "seed": seed + 1, "fused": True}),
+             ((x,), {**train, "seed": seed + 2, "fused": fused, "upstream": upstream, "input_grads": ["0"]})]
+
+    right = []  # whether the eval forward pass (call 0, the same path as call 3) is the reference's
+
+    def checked(i, reply):
+        if i == 0:
+            out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
+            right.append(checks.agrees_with_reference(reply, 0, out, bound))
+        if i < 3:
+            checks.gradients_reach_every_parameter(reply)
+            return
+        # Judged only where the forward pass is right: a future that leaks there is causality's business.
+        if right[0]:
+            future = np.zeros((B, T), bool)
+            future[:, row + 1:] = True
+            checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
+
+    checks.gradients_in_calls(module, calls, checked)
 
 
 @graded(CLS, "large_inputs")
@@ -154,9 +221,15 @@ def test_large_inputs(worker, dims):
     # would be outscored. Changing the last token must leave every earlier position as it was.
     perturbed = x.copy()
     perturbed[:, -1] = gaussian(rng, dims["B"], dims["n_embd"], scale=1e3)
-    before, after = (output(reply, dims) for reply in module.runs(((x,), {}), ((perturbed,), {})))
-    checks.finite(before, "output")
+    # The same change at scale 1 too: a future that leaks there is causality's mistake (a mask
+    # off by one, flipped, cut from the wrong corner), not a fill too small for large scores.
+    small, small_after = x / 1e3, perturbed / 1e3
+    before, after, plain, plain_after = (output(reply, dims) for reply in module.runs(
+        ((x,), {}), ((perturbed,), {}), ((small,), {}), ((small_after,), {})))
     T = dims["T"]
+    require(np.allclose(plain_after[:, :-1], plain[:, :-1], atol=1e-5, rtol=1e-4), "future_leak_upstream",
+            position=T - 1)  # NaN, as from a row with no allowed position, is not close either
+    checks.finite(before, "output")
     expect_close(after[:, :-1], before[:, :-1], "future_leak_large", atol=1e-3, rtol=1e-6, position=T - 1)
 
 
@@ -165,10 +238,9 @@ def test_large_inputs(worker, dims):
 def test_fused_equivalence(worker, dims):
     module, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
     x = inputs(rng, dims)
-    explicit = output(module.run(x), dims)
+    # Against the reference alone: a mistake only in the explicit path is reference_match's.
     fused = output(module.run(x, fused=True), dims)
     expect_close(fused, expected(module.params, dims, x), "fused_mismatch", against="reference")
-    expect_close(fused, explicit, "fused_mismatch", against="forward(x)")
     if checks.cuda_available(worker, CLS):
         for path in (False, True):
             on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
@@ -195,3 +267,18 @@ def test_device(worker, dims, fused):
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
         expect_close(output(reply, dims), expected(module.params, dims, x), "reference_mismatch",
                      what="output_cuda", masked=True)
+
+
+@graded(CLS, "attends")
+@given(dims=causal_dims(min_time=3))
+def test_attends(worker, dims):
+    """The weights come from query–key similarity: the same module with its keys multiplied (the
+    K rows of qkv scaled by checks.KEY_FACTOR) must return another output. T >= 3: then even a
+    flipped mask leaves a row with two positions to weigh."""
+    C = dims["n_embd"]
+    modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)
+               for scale in (None, checks.key_scale("qkv", [C, 2 * C]))]
+    x = inputs(rng_for(dims), dims)
+    got = [output(module.run(x), dims) for module in modules]
+    want = [expected(module.params, dims, x) for module in modules]
+    checks.responds_to_keys(*got, *want, "output", "qkv[C:2C]")

@@ -6,16 +6,17 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
-from .harness import Remote, gaussian, graded, random_mask
+from .harness import INPUT_SCALES, MASK_DTYPES, Remote, gaussian, graded, one_row, random_mask
 from .strategies import dropout_rates, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.client import SubmissionError
 
 CLS = "MultiHeadAttention"
 
 
-def build(worker, dims, dropout=0.0, load_seed=None):
+def build(worker, dims, dropout=0.0, load_seed=None, **load):
+    """load: Remote's other load options (load_scale, required)."""
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, load_seed, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
+    return Remote(worker, CLS, load_seed, **load, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""
@@ -41,11 +42,34 @@ def masks(rng, dims):
     return random_mask(rng, B, Tq, Tk), random_mask(rng, B, 1, Tq, Tk), random_mask(rng, 1, Tq, Tk)
 
 
+def mask_shapes(dims):
+    """Every mask shape the statement allows: (Tq, Tk); (B, Tq, Tk) or (1, Tq, Tk), the same for every
+    head (a 3-D mask gets the heads' axis with unsqueeze(1)); and (B, h, Tq, Tk) with B and h each
+    possibly 1."""
+    B, h, Tq, Tk = dims["B"], dims["h"], dims["Tq"], dims["Tk"]
+    return ((Tq, Tk), (B, Tq, Tk), (1, Tq, Tk), (B, 1, Tq, Tk), (1, 1, Tq, Tk), (B, h, Tq, Tk), (1, h, Tq, Tk))
+
+
+# What the worker calls the inputs (positional by index) -> the statement's names.
+INPUT_NAMES = {"0": "query", "1": "key", "2": "value", "mask": "mask"}
+
+
 @graded(CLS, "shapes")
-@given(dims=multi_head_dims())
-def test_shapes(worker, dims):
+@given(dims=multi_head_dims(), longer_q=st.integers(0, 2), longer_k=st.integers(1, 3))
+def test_shapes(worker, dims, longer_q, longer_k):
+    """One module, any lengths in any order, any memory layout: (Tq, Tk), then longer ones on the same
+    module, then those inputs (alone and with a mask) laid out non-contiguously."""
     module = build(worker, dims)
-    outputs(module.run(*cross_inputs(rng_for(dims), dims)), dims)
+    longer = {**dims, "Tq": dims["Tq"] + longer_q, "Tk": dims["Tk"] + longer_k}
+    example(**dims, Tq2=longer["Tq"], Tk2=longer["Tk"])
+    rng = rng_for(dims)
+    args, longer_args = cross_inputs(rng, dims), cross_inputs(rng, longer)
+    mask = random_mask(rng, dims["B"], longer["Tq"], longer["Tk"])
+    calls = [(args, {}), (longer_args, {}), (longer_args, {"noncontiguous": True}),
+             (longer_args, {"mask": mask}), (longer_args, {"mask": mask, "noncontiguous": True})]
+    checks.shapes_across_calls(module, calls, lambda i, reply: outputs(reply, dims if i == 0 else longer),
+                               lambda: build(worker, dims),
+                               ((dims["Tq"], dims["Tk"]), (longer["Tq"], longer["Tk"])))
 
 
 @graded(CLS, "parameter_count")
@@ -97,10 +121,12 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=multi_head_dims(min_time=2))
 def test_masked_zero(worker, dims):
+    """Every mask the statement allows: each shape of mask_shapes as bool, long and float32."""
     module, rng = loaded(worker, dims)
-    for mask in masks(rng, dims):
-        _, weights = outputs(module.run(*cross_inputs(rng, dims), mask=mask), dims)
-        checks.masked_weights_zero(weights, mask if mask.ndim == 4 else mask[:, None])
+    masks = [random_mask(rng, *shape, dtype=dtype) for shape in mask_shapes(dims) for dtype in MASK_DTYPES]
+    args = cross_inputs(rng, dims)
+    checks.masks_accepted(module, [(args, {"mask": mask}) for mask in masks],
+                          lambda i, reply: outputs(reply, dims), masks, reference.head_mask)
 
 
 @graded(CLS, "scale")
@@ -115,16 +141,27 @@ def test_scale(worker, dims):
 
 
 @graded(CLS, "reference_match")
-@given(dims=multi_head_dims(), use_mask=st.booleans())
-def test_reference_match(worker, dims, use_mask):
+@given(dims=multi_head_dims(), scales=st.permutations(INPUT_SCALES))
+def test_reference_match(worker, dims, scales):
+    """Four calls on one module (lengths are `shapes`' business): inputs at each scale, the last
+    with a mask, then the first inputs again."""
     module, rng = loaded(worker, dims, dropout=0.2)
-    query, key, value = cross_inputs(rng, dims)
-    mask = masks(rng, dims)[0] if use_mask else None
-    out, weights = outputs(module.run(query, key, value, mask=mask), dims)
-    ref_out, ref_weights = reference.multi_head_attention(
-        module.params, dims["h"], *(t.astype(np.float64) for t in (query, key, value)), mask)
-    expect_close(weights, ref_weights, "reference_mismatch", what="weights", masked=use_mask)
-    expect_close(out, ref_out, "reference_mismatch", what="output", masked=use_mask)
+    example(**dims, dropout=0.2, scales=list(scales))
+    first, second, third = scales
+    mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
+    calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {}),
+             (cross_inputs(rng, dims, third), {"mask": mask})]
+    calls.append(calls[0])
+    magnitudes = [first, second, third, first]
+
+    def expected(i):
+        args, options = calls[i]
+        out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
+            module.params, dims["h"], *(t.astype(np.float64) for t in args), options.get("mask"))
+        return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
+
+    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,
+                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES)
 
 
 @graded(CLS, "batch_independence")
@@ -137,11 +174,13 @@ def test_batch_independence(worker, dims):
 @graded(CLS, "eval_deterministic")
 @given(dims=multi_head_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
+    """In eval, the same inputs twice in a row (other seeds: dropout must be off), then other
+    inputs, then the first inputs again: always the same outputs."""
     module, rng = loaded(worker, dims, dropout=0.5)
     args = cross_inputs(rng, dims)
-    first, second = (outputs(module.run(*args, seed=s), dims) for s in (seed, seed + 1))
-    for what, a, b in zip(("output", "weights"), first, second):
-        expect_close(b, a, "eval_not_deterministic", atol=0, rtol=0, what=what)
+    inputs = [args, args, cross_inputs(rng, dims), cross_inputs(rng, dims), args]
+    checks.eval_repeatable(module, [(a, {"seed": seed + i}) for i, a in enumerate(inputs)],
+                           lambda i, reply: outputs(reply, dims))
 
 
 @graded(CLS, "train_dropout")
@@ -166,10 +205,37 @@ def test_train_dropout(worker, dims, seed, p):
 
 
 @graded(CLS, "gradients")
-@given(dims=multi_head_dims(min_time=2))
-def test_gradients(worker, dims):
-    module, rng = loaded(worker, dims)
-    checks.gradients_reach_every_parameter(module.run(*cross_inputs(rng, dims), grad=True))
+@given(dims=multi_head_dims(min_time=2), p=dropout_rates, seed=seeds, data=st.data())
+def test_gradients(worker, dims, p, seed, data):
+    """Every parameter gets a finite, nonzero gradient in eval, and in train mode (dropout p) with a
+    mask; and, with a mask, no gradient reaches from a query row the keys and values it closes."""
+    # Enough query rows (B·h·Tq >= 64) that dropout cannot silence every weight of a correct module.
+    dims = {**dims, "B": max(dims["B"], -(-64 // (dims["h"] * dims["Tq"])))}
+    module, rng = loaded(worker, dims, dropout=p)
+    B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]
+    row = data.draw(st.integers(0, Tq - 1), label="row")
+    example(**dims, dropout=p, dropout_seed=seed, row=row)
+    args, mask = cross_inputs(rng, dims), random_mask(rng, B, Tq, Tk)
+    upstream = one_row((B, Tq, dims["d_model"]), row, rng)
+    train = {"grad": True, "train": True, "mask": mask}
+    calls = [(args, {"grad": True}), (args, {**train, "seed": seed}),
+             (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
+
+    def checked(i, reply):
+        if i > 0 and not checks.outputs_finite(reply):
+            return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
+        if i < 2:
+            checks.gradients_reach_every_parameter(reply)
+            return
+        # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
+        out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
+            module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)
+        if checks.agrees_with_reference(reply, 0, out, e_out) and checks.agrees_with_reference(reply, 1, weights, e_weights):
+            blocked = mask[:, row, :] == 0
+            for key, what in (("1", "key"), ("2", "value")):
+                checks.no_gradient_where_blocked(reply.input_grads.get(key), blocked, what, row)
+
+    checks.gradients_in_calls(module, calls, checked)
 
 
 @graded(CLS, "large_inputs")
@@ -198,3 +264,26 @@ def test_device(worker, dims):
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
         expected = reference.multi_head_attention(module.params, h, *(t.astype(np.float64) for t in args), mask)[0]
         expect_close(outputs(reply, dims)[0], expected, "reference_mismatch", what="output_cuda", masked=True)
+
+
+@graded(CLS, "attends")
+@given(dims=multi_head_dims(min_time=2))
+def test_attends(worker, dims):
+    """The weights come from query–key similarity: the same module with its keys multiplied
+    (W_K scaled by checks.KEY_FACTOR) must return other weights, and another output. W_Q and W_K
+    are all it takes: a module without W_O (parameter_count's business) is judged on its weights."""
+    modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
+               for scale in (None, checks.key_scale("W_K"))]
+    args = cross_inputs(rng_for(dims), dims)
+    got = [outputs(module.run(*args), dims) for module in modules]
+    query, key, value = (t.astype(np.float64) for t in args)
+
+    def weights(params):
+        q, k = (reference.split_heads(reference.linear(t, params, n), dims["h"])
+                for t, n in ((query, "W_Q"), (key, "W_K")))
+        return reference.attention(q, k, k)[1]
+
+    checks.responds_to_keys(got[0][1], got[1][1], *(weights(m.params) for m in modules), "weights", "W_K")
+    if not modules[0].missing_layers:
+        want = [reference.multi_head_attention(m.params, dims["h"], query, key, value)[0] for m in modules]
+        checks.responds_to_keys(got[0][0], got[1][0], *want, "output", "W_K")

@@ -1,21 +1,23 @@
 """SelfAttention(d_model, d_k=None): forward(x, mask=None) -> (output (B,T,d_k), weights (B,T,T))."""
 import numpy as np
 from hypothesis import given
+from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require
-from .harness import Remote, gaussian, graded, random_mask
+from .harness import INPUT_SCALES, MASK_DTYPES, Remote, gaussian, graded, one_row, random_mask
 from .strategies import parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
 
 
-def build(worker, dims, load_seed=None):
+def build(worker, dims, load_seed=None, **load):
+    """load: Remote's other load options (load_scale, required)."""
     example(**dims)
     kwargs = {"d_model": dims["d_model"]}
     if dims["d_k"] is not None:
         kwargs["d_k"] = dims["d_k"]
-    return Remote(worker, CLS, load_seed, **kwargs)
+    return Remote(worker, CLS, load_seed, **load, **kwargs)
 
 def loaded(worker, dims):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""
@@ -35,11 +37,31 @@ def inputs(rng, dims, scale=1.0):
     return gaussian(rng, dims["B"], dims["T"], dims["d_model"], scale=scale)
 
 
+# What the worker calls the inputs (positional by index) -> the statement's names.
+INPUT_NAMES = {"0": "x", "mask": "mask"}
+
+
+def mask_shapes(dims):
+    """The mask shapes the statement allows SelfAttention: (B, T, T), (1, T, T) and (T, T)."""
+    B, T = dims["B"], dims["T"]
+    return (B, T, T), (1, T, T), (T, T)
+
+
 @graded(CLS, "shapes")
-@given(dims=self_attention_dims())
-def test_shapes(worker, dims):
+@given(dims=self_attention_dims(), longer=st.integers(1, 3))
+def test_shapes(worker, dims, longer):
+    """One module, any length in any order, any memory layout: T, then a longer T2 on the same
+    module, then that input (alone and with a mask) laid out non-contiguously."""
     module = build(worker, dims)
-    outputs(module.run(inputs(rng_for(dims), dims)), dims)
+    longer_dims = {**dims, "T": dims["T"] + longer}
+    example(**dims, T2=longer_dims["T"])
+    rng = rng_for(dims)
+    x, x2 = inputs(rng, dims), inputs(rng, longer_dims)
+    mask = random_mask(rng, dims["B"], longer_dims["T"], longer_dims["T"])
+    calls = [((x,), {}), ((x2,), {}), ((x2,), {"noncontiguous": True}),
+             ((x2,), {"mask": mask}), ((x2,), {"mask": mask, "noncontiguous": True})]
+    checks.shapes_across_calls(module, calls, lambda i, reply: outputs(reply, dims if i == 0 else longer_dims),
+                               lambda: build(worker, dims), (dims["T"], longer_dims["T"]))
 
 
 @graded(CLS, "parameter_count")
@@ -65,11 +87,12 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=self_attention_dims(min_time=2))
 def test_masked_zero(worker, dims):
+    """Every mask the statement allows: each shape of mask_shapes as bool, long and float32."""
     module, rng = loaded(worker, dims)
-    B, T = dims["B"], dims["T"]
-    for mask in (random_mask(rng, B, T, T), random_mask(rng, 1, T, T), np.tril(np.ones((T, T), np.float32))):
-        _, weights = outputs(module.run(inputs(rng, dims), mask=mask), dims)
-        checks.masked_weights_zero(weights, mask)
+    masks = [random_mask(rng, *shape, dtype=dtype) for shape in mask_shapes(dims) for dtype in MASK_DTYPES]
+    x = inputs(rng, dims)
+    checks.masks_accepted(module, [((x,), {"mask": mask}) for mask in masks],
+                          lambda i, reply: outputs(reply, dims), masks)
 
 
 @graded(CLS, "scale")
@@ -83,15 +106,27 @@ def test_scale(worker, dims):
 
 
 @graded(CLS, "reference_match")
-@given(dims=self_attention_dims())
-def test_reference_match(worker, dims):
+@given(dims=self_attention_dims(), scales=st.permutations(INPUT_SCALES))
+def test_reference_match(worker, dims, scales):
+    """Four calls on one module (lengths are `shapes`' business): an input at each scale, the last
+    with a mask, then the first input again."""
     module, rng = loaded(worker, dims)
-    x = inputs(rng, dims)
-    for mask in (None, random_mask(rng, dims["B"], dims["T"], dims["T"])):
-        out, weights = outputs(module.run(x, mask=mask), dims)
-        ref_out, ref_weights = reference.self_attention(module.params, x.astype(np.float64), mask)
-        expect_close(weights, ref_weights, "reference_mismatch", what="weights", masked=mask is not None)
-        expect_close(out, ref_out, "reference_mismatch", what="output", masked=mask is not None)
+    example(**dims, scales=list(scales))
+    B, T = dims["B"], dims["T"]
+    first, second, third = scales
+    xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
+    mask = random_mask(rng, B, T, T)
+    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((xs[0],), {})]
+    magnitudes = [first, second, third, first]
+
+    def expected(i):
+        (x,), options = calls[i]
+        out, weights, e_out, e_weights = reference.self_attention_bounded(
+            module.params, x.astype(np.float64), options.get("mask"))
+        return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
+
+    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,
+                                  lambda: loaded(worker, dims)[0], INPUT_NAMES)
 
 
 @graded(CLS, "batch_independence")
@@ -102,10 +137,34 @@ def test_batch_independence(worker, dims):
 
 
 @graded(CLS, "gradients")
-@given(dims=self_attention_dims(min_time=2))
-def test_gradients(worker, dims):
+@given(dims=self_attention_dims(min_time=2), data=st.data())
+def test_gradients(worker, dims, data):
+    """Every parameter gets a finite, nonzero gradient, with and without a mask; and from a query row,
+    no gradient reaches the positions its mask closes (apart from its own: x_i makes q_i)."""
     module, rng = loaded(worker, dims)
-    checks.gradients_reach_every_parameter(module.run(inputs(rng, dims), grad=True))
+    B, T = dims["B"], dims["T"]
+    row = data.draw(st.integers(0, T - 1), label="row")
+    example(**dims, row=row)
+    x, mask = inputs(rng, dims), random_mask(rng, B, T, T)
+    mask[:, (row + 1) % T, :] = 1  # a row open everywhere: the masked call's W_Q and W_K get a gradient
+    upstream = one_row((B, T, d_k_of(dims)), row, rng)
+    calls = [((x,), {"grad": True}), ((x,), {"grad": True, "mask": mask}),
+             ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]})]
+
+    def checked(i, reply):
+        if i > 0 and not checks.outputs_finite(reply):
+            return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
+        if i < 2:
+            checks.gradients_reach_every_parameter(reply)
+            return
+        # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
+        out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), mask)
+        if checks.agrees_with_reference(reply, 0, out, e_out) and checks.agrees_with_reference(reply, 1, weights, e_weights):
+            blocked = mask[:, row, :] == 0
+            blocked[:, row] = False
+            checks.no_gradient_where_blocked(reply.input_grads.get("0"), blocked, "x", row)
+
+    checks.gradients_in_calls(module, calls, checked)
 
 
 @graded(CLS, "large_inputs")
@@ -137,3 +196,22 @@ def test_device(worker, dims):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
         expect_close(outputs(reply, dims)[0], reference.self_attention(module.params, x.astype(np.float64), mask)[0],
                      "reference_mismatch", what="output_cuda", masked=True)
+
+
+@graded(CLS, "attends")
+@given(dims=self_attention_dims(min_time=2))
+def test_attends(worker, dims):
+    """The weights come from query–key similarity: the same module with its keys multiplied
+    (W_K scaled by checks.KEY_FACTOR) must return other weights, and another output. W_Q and W_K
+    are all it takes: a module without W_V (parameter_count's business) is judged on its weights."""
+    modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
+               for scale in (None, checks.key_scale("W_K"))]
+    x = inputs(rng_for(dims), dims)
+    got = [outputs(module.run(x), dims) for module in modules]
+    x = x.astype(np.float64)
+    weights = [reference.attention(*(reference.linear(x, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
+               for m in modules]
+    checks.responds_to_keys(got[0][1], got[1][1], *weights, "weights", "W_K")
+    if not modules[0].missing_layers:
+        want = [reference.self_attention(module.params, x)[0] for module in modules]
+        checks.responds_to_keys(got[0][0], got[1][0], *want, "output", "W_K")

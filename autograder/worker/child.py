@@ -93,8 +93,9 @@ class Worker:
     # ---- requests -------------------------------------------------------------------------
     def op_build(self, cls, kwargs, handle, seed=0, load=None):
         """Build the class as `handle` (the grader names it, so that it can send the next request
-        before this one is answered); with load={"seed", "layers"}, load the parameters the
-        grader chose (parameters.draw) into those layers. Returns the parameters' shapes."""
+        before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
+        the parameters the grader chose (parameters.draw) into those layers. Returns the
+        parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -107,7 +108,7 @@ class Worker:
         own = dict(instance.named_parameters())
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
-            values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"])
+            values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
             with self.torch.no_grad():
                 for name, value in values.items():
                     own[name].copy_(self.torch.from_numpy(value))
@@ -135,7 +136,16 @@ class Worker:
         return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
-                trace_sdpa=False, device="cpu"):
+                trace_sdpa=False, device="cpu", noncontiguous=False, upstream=None, input_grads=()):
+        """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
+
+        noncontiguous: each array input arrives as a non-contiguous tensor with the same values
+        (_noncontiguous). grad: backward from output 0 with `upstream` as its gradient (an array
+        of output 0's shape; default torch.randn from `seed`), returning every parameter's
+        gradient; and those of the floating-point inputs named in input_grads (each reaches the
+        method as a copy of a leaf, so that the method may still change it in place). The reply names the
+        inputs (a positional one by its index, as a string; a keyword one by its name) that the
+        call changed in place: their values, shape or dtype are no longer the ones sent."""
         torch = self.torch
         module = self.instances[handle]
         if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
@@ -145,8 +155,18 @@ class Worker:
             module = copy.deepcopy(module).to(device)
         module.train(train)
         module.zero_grad(set_to_none=True)
-        args = [self._to_torch(a, device) for a in args]
-        kwargs = {k: self._to_torch(v, device) for k, v in (kwargs or {}).items()}
+        sent = {**{str(i): a for i, a in enumerate(args)}, **(kwargs or {})}
+        sent_copies = {name: value.copy() for name, value in sent.items() if isinstance(value, np.ndarray)}
+        given = {name: self._input(value, device, noncontiguous) for name, value in sent.items()}
+        leaves = {}
+        if grad:
+            for name in input_grads or ():
+                value = given.get(name)
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    leaves[name] = value.requires_grad_(True)
+                    given[name] = value.clone()
+        args = [given[str(i)] for i in range(len(args))]
+        kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
         sdpa_calls = [0]
         with torch.set_grad_enabled(grad), self._sdpa_counter(sdpa_calls, trace_sdpa):
@@ -155,16 +175,36 @@ class Worker:
         for value in outputs:
             if type(value) is not torch.Tensor:
                 raise StudentError("bad_output", f"{method} returned {type(value).__name__}, not torch.Tensor")
-        reply = {"outputs": [self._to_numpy(v) for v in outputs], "sdpa_calls": sdpa_calls[0]}
+        reply = {"outputs": [self._to_numpy(v) for v in outputs], "sdpa_calls": sdpa_calls[0],
+                 "modified": sorted(name for name, copied in sent_copies.items()
+                                    if self._changed(given[name], copied))}
         if grad:
-            generator = torch.Generator().manual_seed(seed)
-            upstream = torch.randn(outputs[0].shape, generator=generator).to(outputs[0].device)
-            (outputs[0] * upstream).sum().backward()
+            self._backward(outputs[0], seed, upstream)
             reply["grads"] = {
                 name: None if p.grad is None else self._to_numpy(p.grad)
                 for name, p in module.named_parameters()
             }
+            if leaves:
+                reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)
+                                        for name, leaf in leaves.items()}
         return reply
+
+    def _backward(self, output, seed, upstream):
+        """output.backward(upstream); a failure there is reported as backward()'s, with the line
+        of the submission's forward that autograd names when it can."""
+        torch = self.torch
+        if upstream is None:
+            upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed))
+        else:
+            if list(upstream.shape) != list(output.shape):
+                raise StudentError("bad_output", f"output 0 has shape {list(output.shape)}, "
+                                                 f"expected {list(upstream.shape)}")
+            upstream = torch.from_numpy(upstream)
+        try:
+            (output * upstream.to(output.device)).sum().backward()
+        except Exception as exc:
+            found = _student_error(exc, self.path)
+            raise StudentError(found["kind"], "backward(): " + found["message"], found["line"], found["type"]) from None
 
     def op_probe(self):
         return {"cuda": bool(self.torch.cuda.is_available())}
@@ -177,10 +217,45 @@ class Worker:
         if device.startswith("cuda"):
             self.torch.cuda.manual_seed_all(seed)
 
-    def _to_torch(self, value, device):
-        if isinstance(value, np.ndarray):
-            return self.torch.from_numpy(value).to(device)
-        return value
+    def _input(self, value, device, noncontiguous=False):
+        """An argument as the method receives it: arrays become tensors of the same dtype (bool and
+        integer masks included), non-contiguous ones with noncontiguous."""
+        if not isinstance(value, np.ndarray):
+            return value
+        tensor = self._noncontiguous(value) if noncontiguous else self.torch.from_numpy(value)
+        return tensor.to(device)
+
+    def _noncontiguous(self, array):
+        """A tensor with the values of `array` laid out out of order in memory, as a transposed or
+        strided view leaves it: the last two axes of length > 1 stored swapped and swapped back
+        (a view of them cannot be merged), or with one such axis, every other element of one twice
+        as long. An array with no two elements cannot be non-contiguous, and stays as it is."""
+        torch = self.torch
+        axes = [i for i, n in enumerate(array.shape) if n > 1]
+        if len(axes) >= 2:
+            first, second = axes[-2], axes[-1]
+            stored = np.ascontiguousarray(np.swapaxes(array, first, second))
+            return torch.from_numpy(stored).transpose(first, second)
+        if axes:
+            shape = list(array.shape)
+            shape[axes[0]] *= 2
+            every_other = tuple(slice(None, None, 2) if i == axes[0] else slice(None) for i in range(array.ndim))
+            stored = np.zeros(shape, array.dtype)
+            stored[every_other] = array
+            return torch.from_numpy(stored)[every_other]
+        return torch.from_numpy(array)
+
+    def _changed(self, tensor, sent):
+        """Whether the call changed an input in place (values, shape or dtype): the tensor the method
+        got, against a copy of the array sent. A tensor on the meta device has no values to compare."""
+        torch = self.torch
+        with torch._C.DisableTorchFunctionSubclass():
+            if type(tensor) is not torch.Tensor or torch.Tensor.is_meta.__get__(tensor):
+                return False
+            if list(tensor.shape) != list(sent.shape) or str(tensor.dtype).replace("torch.", "") != sent.dtype.name:
+                return True
+            now = torch.Tensor.detach(tensor).cpu().numpy()
+        return not np.array_equal(now, sent, equal_nan=sent.dtype.kind == "f")
 
     def _to_numpy(self, tensor):
         """The plain values of a tensor: a subclass's __torch_function__ never sees this call."""

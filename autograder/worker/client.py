@@ -44,12 +44,15 @@ class SubmissionError(Exception):
     protocol; and import_timeout, import_crash, import_memory, import_disk, import_processes, import_protocol
     for the same failures while the submission is being imported (before any class is involved).
     For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
+    request is the position, among the requests Worker.calls sent together, of the one that got
+    this answer; None when the worker answered none of them (a class already stopped, say).
     """
 
     def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None):
         super().__init__(f"{kind}: {message}")
         self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
         self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
+        self.request = None
 
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
@@ -136,10 +139,11 @@ class Worker:
         except SubmissionError as exc:
             raise SubmissionHalted(exc) from None
         answers = []
-        for op, args in requests:
+        for index, (op, args) in enumerate(requests):
             try:
                 answers.append(self._answer(owner, op, args))
             except SubmissionError as exc:
+                exc.request = index
                 answers.append(exc)
                 if self.proc is None:  # the worker is gone: no answer is left to read
                     answers += [exc] * (len(requests) - len(answers))
@@ -423,7 +427,7 @@ class Worker:
             return 0
         held = residue.held_bytes(pid for pid, _ in processes)
         if self.sandbox.isolate:
-            return held + (namespaces.scratch_used(processes[0][0]) if processes else 0)
+            return held + namespaces.scratch_used(pid for pid, _ in processes)
         return held + residue.shm_bytes(self.sandbox.uid)
 
     def _crash(self):

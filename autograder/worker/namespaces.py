@@ -152,10 +152,21 @@ def available():
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
-def scratch_used(pid):
-    """Bytes in use on the scratch tmpfs of the worker whose host pid is `pid` (0 if unreadable)."""
+def scratch_used(pids):
+    """Bytes in use on the scratch tmpfs of the worker, seen through the first of its processes
+    (host pids) that lives in a mount namespace other than the grader's: a process of the worker's
+    uid still in the grader's namespace (kill_uid's helper, say) would show the host's /tmp. 0 if
+    none is readable."""
     try:
-        stats = os.statvfs(f"/proc/{pid}/root/tmp")
+        ours = os.readlink("/proc/self/ns/mnt")
     except OSError:
         return 0
-    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    for pid in pids:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
+                continue
+            stats = os.statvfs(f"/proc/{pid}/root/tmp")
+        except OSError:
+            continue
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    return 0

@@ -22,19 +22,19 @@ def processes():
 
     A process's uid is read from status the first time it is seen and kept for its lifetime:
     only the sandbox changes a process's uid, before exec, and its worker is found by session.
+    The client scans ten times a second while a worker runs, so files are read with bare
+    os.open/os.read (no buffered file objects: about half the cost).
     """
     found, seen = [], {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
+            fields = _read(f"/proc/{entry}/stat").rsplit(b")", 1)[1].split()
             key = (entry, fields[19])  # field 22 of stat: the start time, which tells a reused pid
             uid = _uids.get(key)
             if uid is None:
-                with open(f"/proc/{entry}/status", "rb") as handle:
-                    status = handle.read()
+                status = _read(f"/proc/{entry}/status")
                 uid = int(status[status.index(b"\nUid:") + 5:].split(None, 1)[0])
         except (OSError, ValueError, IndexError):
             continue
@@ -45,6 +45,15 @@ def processes():
     _uids.clear()
     _uids.update(seen)
     return found
+
+
+def _read(path):
+    """A small /proc file's content (stat, status: one read of 8 KiB holds either)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(descriptor, 8192)
+    finally:
+        os.close(descriptor)
 
 
 def descendants(root, table=None):

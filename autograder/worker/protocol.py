@@ -11,7 +11,9 @@ be reported as the grading machine's fault.
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool}}
   call      {"outputs": [array | {"meta_shape": shape}], "sdpa_calls": int,
-             "grads": {name: array | None} (with grad=True)}
+             "grads": {name: array | None} (with grad=True),
+             "input_grads": {name: array | None} (with input_grads=True),
+             "modified": [str] (the inputs the call changed in place)}
   probe     {"cuda": bool}
 """
 import numpy as np
@@ -70,6 +72,11 @@ def _call(reply):
     _require(type(reply.get("sdpa_calls")) is int and reply["sdpa_calls"] >= 0)
     if "grads" in reply:
         _names(reply["grads"], _array_or_none)
+    if "input_grads" in reply:
+        _names(reply["input_grads"], _array_or_none)
+    if "modified" in reply:
+        _require(isinstance(reply["modified"], list) and len(reply["modified"]) <= MAX_DIMENSIONS
+                 and all(isinstance(name, str) and len(name) <= 100 for name in reply["modified"]))
 
 
 CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": lambda r: _require(

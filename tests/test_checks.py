@@ -1,0 +1,163 @@
+"""The suite's checks on plain arrays, without a worker: the scale fit knows when it measures
+nothing, `attends` tells attention from its absence, the key scaling both sides draw, and the call
+a failure names."""
+import json
+
+import numpy as np
+import pytest
+
+from autograder.properties import checks, failures, harness, reference
+from autograder.properties.failures import PropertyFailure
+from autograder.worker import parameters
+
+
+def softmax(scores, axis=-1):
+    return reference.softmax(scores.swapaxes(axis, -1)).swapaxes(axis, -1)
+
+
+def as_float32(weights):
+    """What a module returns: float32 weights, judged in float64."""
+    return weights.astype(np.float32).astype(np.float64)
+
+
+@pytest.fixture
+def projections():
+    """x (B,T,d_model) and W_Q, W_K (d_k, d_model), drawn like the suite's."""
+    rng = np.random.default_rng(7)
+    d_model, d_k = 6, 4
+    x = rng.standard_normal((3, 5, d_model))
+    w_q, w_k = (rng.standard_normal((d_k, d_model)) / np.sqrt(d_model) for _ in range(2))
+    return x, x @ w_q.T, x @ w_k.T, d_k
+
+
+def failure_code(weights, scores, d_k):
+    try:
+        checks.scale_is(weights, scores, d_k)
+    except PropertyFailure as failure:
+        return failure.code, failure.params
+    return None, {}
+
+
+@pytest.mark.parametrize("scale, measured", [(0.5, None), (1.0, 1.0), (0.25, 0.25), (1 / np.sqrt(6), 0.40825)])
+def test_a_wrong_scale_alone_is_measured(projections, scale, measured):
+    _, q, k, d_k = projections
+    scores = reference.unscaled_scores(q, k)
+    code, params = failure_code(as_float32(softmax(scale * scores)), scores, d_k)
+    if measured is None:  # 1/sqrt(4): right
+        assert code is None
+    else:
+        assert code == "wrong_scale" and params["measured"] == pytest.approx(measured, abs=1e-5)
+
+
+def test_weights_of_other_scores_cannot_be_measured(projections):
+    """Right scale, wrong scores (Q from W_K, K·Qᵀ) or the softmax's other axis: no c fits."""
+    _, q, k, d_k = projections
+    scores = reference.unscaled_scores(q, k)
+    c = 1 / np.sqrt(d_k)
+    for weights in (softmax(c * reference.unscaled_scores(k, k)),
+                    softmax(c * reference.unscaled_scores(k, q)),
+                    softmax(c * scores, axis=-2)):
+        code, params = failure_code(as_float32(weights), scores, d_k)
+        assert code == "scale_unmeasurable" and params["residual"] > 0.1
+
+
+def test_heads_split_as_strided_columns_cannot_be_measured():
+    rng = np.random.default_rng(3)
+    B, T, h, d_k = 2, 5, 2, 3
+    q, k = (rng.standard_normal((B, T, h * d_k)) for _ in range(2))
+
+    def strided(t):
+        return t.reshape(B, T, d_k, h).transpose(0, 3, 1, 2)
+
+    scores = reference.unscaled_scores(reference.split_heads(q, h), reference.split_heads(k, h))
+    weights = softmax(reference.unscaled_scores(strided(q), strided(k)) / np.sqrt(d_k))
+    assert failure_code(as_float32(weights), scores, d_k)[0] == "scale_unmeasurable"
+
+
+def test_uniform_weights_measure_a_scale_of_zero(projections):
+    _, q, k, d_k = projections
+    scores = reference.unscaled_scores(q, k)
+    code, params = failure_code(np.full(scores.shape, 1 / scores.shape[-1]), scores, d_k)
+    assert code == "wrong_scale" and params["measured"] == 0.0
+
+
+def test_keys_scaled_move_attention_and_nothing_else(projections):
+    x, q, k, d_k = projections
+    v = x[..., :d_k]
+
+    def attend(keys):
+        return reference.attention(q, keys, v)
+
+    (out, weights), (out_scaled, weights_scaled) = attend(k), attend(checks.KEY_FACTOR * k)
+    checks.responds_to_keys(as_float32(weights), as_float32(weights_scaled), weights, weights_scaled, "weights", "W_K")
+    # A wrong scale (no 1/sqrt(d_k)) still attends.
+    checks.responds_to_keys(*(reference.softmax(reference.unscaled_scores(q, keys)) for keys in (k, 3 * k)),
+                            weights, weights_scaled, "weights", "W_K")
+    uniform = np.full(weights.shape, 1 / weights.shape[-1])
+    with pytest.raises(PropertyFailure) as failed:
+        checks.responds_to_keys(uniform, uniform + 1e-30, weights, weights_scaled, "weights", "W_K")
+    assert failed.value.code == "keys_ignored" and failed.value.params["change"] == 0.0
+    # NaN where it was NaN is no change; NaN that appears is one.
+    stuck = np.where(np.arange(out.shape[-1]) == 0, np.nan, out)
+    with pytest.raises(PropertyFailure):
+        checks.responds_to_keys(stuck, stuck.copy(), out, out_scaled, "output", "W_K")
+    checks.responds_to_keys(out, np.full(out.shape, np.nan), out, out_scaled, "output", "W_K")
+    # An example where the reference barely moves cannot tell, and judges nothing.
+    checks.responds_to_keys(uniform, uniform, weights, weights + 1e-3, "weights", "W_K")
+
+
+def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
+    shapes = {"qkv.weight": (12, 4), "qkv.bias": (12,), "proj.weight": (4, 4), "proj.bias": (4,)}
+    layers = ("qkv", "proj")
+    plain = parameters.draw(np.random.default_rng([5, 1]), shapes, layers)
+    scaled = parameters.draw(np.random.default_rng([5, 1]), shapes, layers, checks.key_scale("qkv", [4, 8]))
+    for name in ("qkv.weight", "qkv.bias"):
+        np.testing.assert_array_equal(scaled[name][4:8], plain[name][4:8] * np.float32(3))
+        rest = np.s_[4:8]
+        np.testing.assert_array_equal(np.delete(scaled[name], rest, axis=0), np.delete(plain[name], rest, axis=0))
+        assert scaled[name].dtype == np.float32
+    for name in ("proj.weight", "proj.bias"):
+        np.testing.assert_array_equal(scaled[name], plain[name])
+    # Rows past a layer's end (a module with the wrong shape) are simply not there to scale.
+    short = parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 4)}, layers, checks.key_scale("qkv", [4, 8]))
+    assert short["qkv.weight"].shape == (6, 4)
+
+
+@pytest.mark.parametrize("scale", [
+    {"layer": "W_K", "rows": None},
+    {"layer": "mask", "rows": None, "factor": 3.0},
+    {"layer": "qkv", "rows": None, "factor": 1e6},
+    {"layer": "qkv", "rows": None, "factor": float("nan")},
+    {"layer": "qkv", "rows": None, "factor": True},
+    {"layer": "qkv", "rows": [4, 2], "factor": 3.0},
+    {"layer": "qkv", "rows": [-1, 2], "factor": 3.0},
+    {"layer": "qkv", "rows": [0, 2.5], "factor": 3.0},
+])
+def test_a_malformed_key_scale_is_refused_on_both_sides(scale):
+    with pytest.raises(ValueError):
+        parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 2)}, ["qkv"], scale)
+    with pytest.raises(ValueError):
+        harness.Remote(None, "CausalSelfAttention", 0, scale, n_embd=2)
+
+
+def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
+    x = np.zeros((2, 3, 4), np.float32)
+    mask = np.ones((2, 3, 3), bool)
+    request = harness._call("7", x, mask=mask, fused=True, seed=11, trace_sdpa=True)
+    described = harness.describe_call("SelfAttention", "call", request)
+    assert described == {"method": "forward", "x": [2, 3, 4], "mask": [2, 3, 3], "mask_dtype": "bool",
+                         "fused": True, "manual_seed": 11}
+    assert harness.describe_call("MultiHeadAttention", "call", harness._call("1", x, x, x, device="meta")) == {
+        "method": "forward", "query": [2, 3, 4], "key": [2, 3, 4], "value": [2, 3, 4], "device": "meta"}
+    assert harness.describe_call("CausalSelfAttention", "build", {"kwargs": {"n_embd": 4, "dropout": 0.0}}) == {
+        "method": "__init__", "n_embd": 4}
+    assert harness.describe_call("SelfAttention", "describe", {"handle": "7"}) is None
+    json.dumps(described, allow_nan=False)
+
+    failures.example(B=2, T=3)
+    failures.calling(described)
+    with pytest.raises(PropertyFailure) as failed:
+        failures.require(False, "code")
+    assert failed.value.example == {"B": 2, "T": 3, "call": described}
+    failures.example(B=1)  # a new example starts with no call
+    assert failures.current_example() == {"B": 1}
