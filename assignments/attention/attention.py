@@ -49,9 +49,9 @@ class SelfAttention(nn.Module):
 
         Args:
             x: tensor de forma (B, T, d_model).
-            mask: opcional, tensor de forma (T, T) o (B, T, T), o cualquier forma que se
-                pueda difundir (broadcast) a (B, T, T). Donde ``mask == 0`` la posición
-                está prohibida: su peso de atención debe ser exactamente 0.
+            mask: opcional, de forma (B, T, T), (1, T, T) o (T, T), de tipo bool, long o
+                float con valores 0 y 1. Donde ``mask == 0`` la posición está prohibida: su
+                peso de atención debe ser exactamente 0.
 
         Returns:
             Una tupla ``(output, weights)``:
@@ -114,8 +114,11 @@ class MultiHeadAttention(nn.Module):
             query: tensor de forma (B, Tq, d_model).
             key: tensor de forma (B, Tk, d_model).
             value: tensor de forma (B, Tk, d_model).
-            mask: opcional, de forma (B, Tq, Tk), (B, 1, Tq, Tk) o cualquier forma que se
-                pueda difundir a (B, h, Tq, Tk). Donde ``mask == 0`` el peso debe ser 0.
+            mask: opcional, de tipo bool, long o float con valores 0 y 1, de forma (Tq, Tk),
+                (B, Tq, Tk) o (1, Tq, Tk) (la misma para todas las cabezas: agrégale la
+                dimensión de las cabezas con unsqueeze(1)), o (B, h, Tq, Tk), donde B y h
+                pueden valer 1. Donde ``mask == 0`` la posición está prohibida: su peso de
+                atención debe ser exactamente 0.
 
         Returns:
             Una tupla ``(output, weights)``:

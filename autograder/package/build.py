@@ -4,7 +4,8 @@
   grader (hidden suite included), failure_results.json (the notice run_autograder leaves when
   Python cannot start) and selfcheck/ (the handout's stub and Gradescope's results.json schema,
   for setup.sh's self-check).
-- student.zip: each folder of assignments/ (stub, public tests, statement).
+- student.zip: each folder of assignments/ (stub, public tests, statement), the statements'
+  points, totals and limits rendered from the grading.yml being built (statement.py).
 - otter/, for Otter-grader 7: tests/ generated from grading.yml, the grader as a support folder
   and requirements.txt; `cd otter && otter generate --python-version 3.11 attention_grader` makes
   Otter's zip (the Python of the lock).
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from .. import config as grading_config
 from ..gradescope import failure_results
-from . import lock, otter
+from . import lock, otter, statement
 
 PROJECT = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).resolve().parent / "gradescope"
@@ -87,9 +88,17 @@ def gradescope_entries(config_path):
     ]
 
 
-def student_entries():
+def student_entries(config=None):
+    """Each folder of assignments/; with config, its statements' generated blocks (points, limits)
+    rendered from that grading.yml (statement.py)."""
     folders = sorted(p for p in (PROJECT / "assignments").iterdir() if p.is_dir())
-    return [entry for folder in folders for entry in tree(folder, folder.name)]
+    entries = [entry for folder in folders for entry in tree(folder, folder.name)]
+    if config is None:
+        return entries
+    try:
+        return statement.render_entries(entries, config)
+    except statement.StatementError as exc:
+        raise BuildError(str(exc)) from exc
 
 
 def otter_entries(config, config_path):
@@ -133,7 +142,7 @@ def build(out, config_path=grading_config.DEFAULT_PATH):
     out = Path(out)
     artifacts = {
         "autograder.zip": gradescope_entries(config_path),
-        "student.zip": student_entries(),
+        "student.zip": student_entries(config),
         "otter": otter_entries(config, config_path),
     }
     for entries in artifacts.values():
