@@ -17,7 +17,9 @@ def draw(rng, shapes, layers, scale=None):
 
     scale={"layer", "rows": [start, stop] | None, "factor"} then multiplies those output rows of
     that layer (weight and bias) by factor, after the same draws: a module that differs from the
-    unscaled one in its keys alone, say (the `attends` property)."""
+    unscaled one in its keys alone, say (the `attends` property). The grader checks the option's
+    form (scaled_rows) before it sends it: here, in the worker, nothing relies on a builtin or a
+    library function the submission may have replaced (abs, say) to apply it."""
     values = {}
     for name, shape in shapes.items():
         if name.rsplit(".", 1)[0] not in layers:
@@ -25,7 +27,7 @@ def draw(rng, shapes, layers, scale=None):
         fan_in = shape[-1] if len(shape) > 1 else 4
         values[name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
     if scale is not None:
-        rows = scaled_rows(scale, layers)
+        rows = slice(None) if scale["rows"] is None else slice(*scale["rows"])
         for name in (f"{scale['layer']}.weight", f"{scale['layer']}.bias"):
             if name in values:  # rows past a layer's end (a student's wrong shape) are not there to scale
                 values[name][rows] *= np.float32(scale["factor"])
