@@ -133,11 +133,23 @@ def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
     {"layer": "qkv", "rows": [-1, 2], "factor": 3.0},
     {"layer": "qkv", "rows": [0, 2.5], "factor": 3.0},
 ])
-def test_a_malformed_key_scale_is_refused_on_both_sides(scale):
+def test_a_malformed_key_scale_is_refused_by_the_grader_before_it_is_sent(scale):
     with pytest.raises(ValueError):
-        parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 2)}, ["qkv"], scale)
+        parameters.scaled_rows(scale, ["qkv"])
     with pytest.raises(ValueError):
         harness.Remote(None, "CausalSelfAttention", 0, scale, n_embd=2)
+
+
+def test_the_worker_applies_the_key_scale_without_builtins_a_submission_may_replace(monkeypatch):
+    """The worker runs in the submission's process: sa_monkeypatch sets builtins.abs to return 0,
+    and a worker that re-checked the grader's option with abs refused it (attends failed)."""
+    import builtins
+
+    shapes, layers = {"qkv.weight": (6, 2)}, ["qkv"]
+    honest = parameters.draw(np.random.default_rng(0), shapes, layers, checks.key_scale("qkv", [2, 4]))
+    monkeypatch.setattr(builtins, "abs", lambda value: 0)
+    patched = parameters.draw(np.random.default_rng(0), shapes, layers, checks.key_scale("qkv", [2, 4]))
+    assert np.array_equal(patched["qkv.weight"], honest["qkv.weight"])
 
 
 def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
