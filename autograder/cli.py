@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from . import config as grading_config
-from .outcomes import SuiteError
-from .worker.client import WorkerSetupError
+from .errors import AutograderError, GraderBug
 
 
 def _add_config_options(parser):
@@ -33,7 +32,7 @@ def cmd_grade(args):
     internal = [o for o in graded.outcomes if o.code == "grader_error"]
     if internal:
         print(f"grader error in {len(internal)} test(s): {internal[0].params.get('error')}", file=sys.stderr)
-        return 2
+        return GraderBug.exit_code
     return 0
 
 
@@ -74,6 +73,6 @@ def main(argv=None):
     args.pytest_args = extra  # `test` passes whatever it does not know on to pytest
     try:
         return args.run(args)
-    except (grading_config.ConfigError, WorkerSetupError, SuiteError) as exc:
+    except AutograderError as exc:  # errors.py: one line and its exit code, never a traceback
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code

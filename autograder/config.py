@@ -10,13 +10,15 @@ from pathlib import Path
 
 import yaml
 
+from .errors import UsageError
+
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 LANGUAGES = ("es", "en")
 CLASSES = ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "grading.yml"
 
 
-class ConfigError(Exception):
+class ConfigError(UsageError):
     """grading.yml is missing, unreadable or inconsistent with the suite."""
 
 

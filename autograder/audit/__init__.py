@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..errors import UsageError
 from .. import config as grading_config
 
 # The parser of every command loads this module: numpy, the catalog and the suite load only when
@@ -49,7 +50,7 @@ VERDICTS = ("caught", "collateral-only", "survived", "equivalent", "grader_error
 COUNTED = ("caught", "collateral-only", "survived")
 
 
-class AuditError(Exception):
+class AuditError(UsageError):
     """The audit cannot be run or judged (a mutation that no longer applies, a reference that fails)."""
 
 
@@ -354,15 +355,9 @@ def print_summary(report, out, stream=sys.stdout):
 
 
 def cmd_audit(args):
-    from ..misconceptions import MutationError
-
     config = grading_config.load(args.config, args.lang)
-    try:
-        report = run_audit(config, args.out, args.solution, args.only or (), not args.no_catalog, not args.no_generic,
-                           args.per_operator, args.seed, args.jobs, probe=not args.no_probe)
-    except (AuditError, MutationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    report = run_audit(config, args.out, args.solution, args.only or (), not args.no_catalog, not args.no_generic,
+                       args.per_operator, args.seed, args.jobs, probe=not args.no_probe)
     print_summary(report, args.out)
     if report["summary"]["catalog_survivors"]:
         print(f"FAILED: {len(report['summary']['catalog_survivors'])} catalog misconception(s) survive the suite: "

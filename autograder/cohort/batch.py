@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from ..errors import UsageError
 from .. import config as grading_config
 from .. import feedback, submission
 from ..grade import close_to_workers, suite_version
@@ -57,7 +57,7 @@ from .store import DEFAULT_PATH, Store, Submitter
 SUBMISSION_SUFFIXES = (".py", ".zip", ".ipynb")
 
 
-class BatchError(Exception):
+class BatchError(UsageError):
     """The submissions folder cannot be read as a cohort."""
 
 
@@ -283,9 +283,6 @@ def cmd_batch(args):
     store = Store(args.db)
     try:
         summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console, args.only)
-    except (BatchError, GraderFailure) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     finally:
         store.close()
     report_summary(summary, console, config.language)

@@ -11,7 +11,6 @@ submission), not of the weights. The table speaks the report's language (grading
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -20,7 +19,7 @@ from rich.text import Text
 
 from .. import config as grading_config
 from .. import feedback
-from .report import ReportError, rescore
+from .report import rescore
 from .store import Store, StoreError
 
 
@@ -132,9 +131,6 @@ def cmd_diff(args):
             old_label, old_results = side(store, args.old, language)
             new_label, new_results = side(store, args.new, language)
         changes = compare(old_results, new_results, config)
-    except (StoreError, ReportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     finally:
         store.close()
     print_changes(changes, old_label, new_label, Console(), language)

@@ -31,6 +31,7 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import GraderBug
 from ..worker import procfs
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ class Result:
     seconds: float
 
 
-class GraderFailure(Exception):
+class GraderFailure(GraderBug):
     """Grading could not happen (machine, suite or configuration problem): nothing to store."""
 
 

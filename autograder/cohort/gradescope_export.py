@@ -29,12 +29,13 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import UsageError
 from .store import Submitter
 
 METADATA = "submission_metadata.yml"
 
 
-class ExportError(Exception):
+class ExportError(UsageError):
     """The archive is not a readable Gradescope export."""
 
 

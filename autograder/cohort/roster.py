@@ -28,6 +28,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
 from ..text import clean
 
 SUFFIXES = (".py", ".zip", ".ipynb")
@@ -41,7 +42,7 @@ ALIASES = {
 }
 
 
-class RosterError(Exception):
+class RosterError(UsageError):
     """The roster file cannot be read, or lacks the columns to match submissions by."""
 
 

@@ -15,10 +15,12 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
+
 SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "attention.py"
 
 
-class MutationError(Exception):
+class MutationError(UsageError):
     """A mutation's pattern was not found where it says (or found more often than it expects)."""
 
 

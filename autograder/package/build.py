@@ -19,11 +19,11 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
 from .. import config as grading_config
 from ..gradescope import failure_results
 from . import lock, otter, statement
@@ -35,7 +35,7 @@ SCHEMA = PROJECT / "tests" / "gradescope_results.schema.json"  # public: Gradesc
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-class BuildError(Exception):
+class BuildError(UsageError):
     """The build would ship something it must not."""
 
 
@@ -155,11 +155,7 @@ def build(out, config_path=grading_config.DEFAULT_PATH):
 
 
 def cmd_build(args):
-    try:
-        built = build(args.out, args.config)
-    except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    built = build(args.out, args.config)
     for name, (path, entries) in built.items():
         size = path.stat().st_size if path.is_file() else sum(len(e.data) for e in entries)
         print(f"{path}  {len(entries)} files, {size / 1024:.0f} KiB")

@@ -28,6 +28,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ..errors import AutograderError, UsageError
 from .. import config as grading_config
 from ..feedback import catalog
 
@@ -41,7 +42,7 @@ VISIBILITY_ORDER = ("visible", "after_due_date", "after_published", "hidden")
 WIDTH = 100  # prose lines are wrapped as the hand-written text is; table rows never are
 
 
-class StatementError(Exception):
+class StatementError(UsageError):
     """A statement cannot be rendered: markers missing or broken, a property without a description."""
 
 
@@ -238,9 +239,9 @@ def main(argv=None):
             fresh = render(text, config, STATEMENTS[path.name], where=str(path))
             if fresh != text:
                 stale[path] = fresh
-    except (grading_config.ConfigError, StatementError) as exc:
+    except AutograderError as exc:  # run as its own module: no cli.main to catch it
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     if args.check:
         for path in stale:
             print(f"{path}: stale against {args.config} (run python -m autograder.package.statement)", file=sys.stderr)

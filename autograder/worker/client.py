@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from ..errors import MachineError
 from . import namespaces, procfs, protocol, residue, wire
 from ..submission import cell_lines
 from ..text import clean, clean_tree
@@ -32,7 +33,7 @@ FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memo
 WORKER_KINDS = ("missing_class", "not_implemented", "exception", "bad_output", "contract", "memory")
 
 
-class WorkerSetupError(Exception):
+class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 

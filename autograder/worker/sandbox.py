@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..errors import MachineError
 from . import namespaces, procfs, residue, seccomp
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
@@ -41,7 +42,7 @@ KILL_WAIT_S = 2.0  # how long kill_uid waits for the uid's processes to be gone
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class UidUnavailable(Exception):
+class UidUnavailable(MachineError):
     """Every uid of the lease range is held by another grader on this machine."""
 
 
