@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .errors import GraderBug
 from .properties.failures import PropertyFailure, current_example
 from .worker.client import TIMEOUT_KINDS, SubmissionError, SubmissionHalted
 
@@ -27,7 +28,7 @@ class Outcome:
         return asdict(self)
 
 
-class SuiteError(Exception):
+class SuiteError(GraderBug):
     """The hidden suite and grading.yml disagree, or the suite itself is broken."""
 
 

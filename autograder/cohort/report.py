@@ -40,6 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UsageError
 from .. import config as grading_config
 from .. import feedback, scoring
 from ..grade import grading_yml_hash
@@ -54,7 +55,7 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list
 ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-class ReportError(Exception):
+class ReportError(UsageError):
     """The stored outcomes cannot be scored with this grading.yml."""
 
 
@@ -447,9 +448,6 @@ def cmd_report(args):
     try:
         roster = rosters.read(args.roster) if args.roster else None
         view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment)
-    except (StoreError, ReportError, rosters.RosterError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     finally:
         store.close()
     for warning in [*view.warnings, *view.export_warnings]:

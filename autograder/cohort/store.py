@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..errors import UsageError
 from ..outcomes import Outcome
 from ..text import clean, clean_tree
 
@@ -79,7 +80,7 @@ CREATE TABLE IF NOT EXISTS failures (
 ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER"))}  # stores written before they existed
 
 
-class StoreError(Exception):
+class StoreError(UsageError):
     """The store lacks what was asked for: an unknown cohort or run."""
 
 

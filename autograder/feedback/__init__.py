@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent
-CLASS_NUMBER = {"SelfAttention": 1, "MultiHeadAttention": 2, "CausalSelfAttention": 3}
 _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds a line of the module, not of the cell
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
