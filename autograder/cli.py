@@ -13,11 +13,6 @@ from . import config as grading_config
 from .errors import AutograderError, GraderBug
 
 
-def _add_config_options(parser):
-    parser.add_argument("--config", default=str(grading_config.DEFAULT_PATH), help="grading.yml to use")
-    parser.add_argument("--lang", choices=grading_config.LANGUAGES, help="feedback language (default: grading.yml's)")
-
-
 def cmd_grade(args):
     from .grade import grade
     from .summary import print_summary
@@ -54,7 +49,7 @@ def parser():
     grade = commands.add_parser("grade", help="grade one submission and write results.json")
     grade.add_argument("submission", help="attention.py, a folder or .zip holding it, or a notebook")
     grade.add_argument("--out", help="folder for results.json")
-    _add_config_options(grade)
+    grading_config.add_options(grade)
     grade.set_defaults(run=cmd_grade)
 
     test = commands.add_parser("test", help="run the project's own tests (pytest tests/ [pytest options])")

@@ -18,6 +18,12 @@ CLASSES = ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "grading.yml"
 
 
+def add_options(parser):
+    """--config and --lang, for every command that reads grading.yml."""
+    parser.add_argument("--config", default=str(DEFAULT_PATH), help="grading.yml to use")
+    parser.add_argument("--lang", choices=LANGUAGES, help="feedback language (default: grading.yml's)")
+
+
 class ConfigError(UsageError):
     """grading.yml is missing, unreadable or inconsistent with the suite."""
 

@@ -367,7 +367,6 @@ def cmd_audit(args):
 
 
 def register(commands):
-    from ..cli import _add_config_options
 
     audit = commands.add_parser("audit", help="mutation audit of the hidden suite: which properties catch which mistakes")
     audit.add_argument("--out", default=str(DEFAULT_OUT), help="folder for audit.json and audit.html (default: %(default)s)")
@@ -383,5 +382,5 @@ def register(commands):
     audit.add_argument("--no-probe", action="store_true",
                        help="skip the equivalence probes (a mutant passing every property is then 'survived')")
     audit.add_argument("--solution", default=str(SOLUTION), help="the reference solution to mutate")
-    _add_config_options(audit)
+    grading_config.add_options(audit)
     audit.set_defaults(run=cmd_audit)

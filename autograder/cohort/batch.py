@@ -294,7 +294,6 @@ def add_store_option(parser):
 
 
 def register(commands):
-    from ..cli import _add_config_options
 
     batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
     batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
@@ -311,5 +310,5 @@ def register(commands):
                        help="replace a slot process after this many submissions, or sooner once it has "
                             f"grown by {RECYCLE_GROWTH_MIB} MiB (default: %(default)s)")
     add_store_option(batch)
-    _add_config_options(batch)
+    grading_config.add_options(batch)
     batch.set_defaults(run=cmd_batch)

@@ -138,12 +138,11 @@ def cmd_diff(args):
 
 
 def register(commands):
-    from ..cli import _add_config_options
     from .batch import add_store_option
 
     diff = commands.add_parser("diff", help="compare two runs or cohorts: whose score and which properties changed")
     diff.add_argument("old", help="COHORT (its cohort view) or COHORT:RUN; COHORT alone: what its latest run changed")
     diff.add_argument("new", nargs="?", help="COHORT or COHORT:RUN")
     add_store_option(diff)
-    _add_config_options(diff)
+    grading_config.add_options(diff)
     diff.set_defaults(run=cmd_diff)

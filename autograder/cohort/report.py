@@ -461,7 +461,6 @@ def cmd_report(args):
 
 
 def register(commands):
-    from ..cli import _add_config_options
     from .batch import add_store_option
 
     report = commands.add_parser("report",
@@ -477,5 +476,5 @@ def register(commands):
                         help="column title of the score in canvas.csv and moodle.csv, e.g. 'Tarea 2' or "
                              "'Tarea 2 (12345)' to hit an existing Canvas assignment by id (default: %(default)s)")
     add_store_option(report)
-    _add_config_options(report)
+    grading_config.add_options(report)
     report.set_defaults(run=cmd_report)
