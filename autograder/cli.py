@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import config as grading_config
 from .errors import AutograderError, GraderBug
+from .exercise import EXERCISE
 
 
 def cmd_grade(args):
@@ -47,7 +48,7 @@ def parser():
     commands = main.add_subparsers(dest="command", required=True)
 
     grade = commands.add_parser("grade", help="grade one submission and write results.json")
-    grade.add_argument("submission", help="attention.py, a folder or .zip holding it, or a notebook")
+    grade.add_argument("submission", help=f"{EXERCISE.submission}, a folder or .zip holding it, or a notebook")
     grade.add_argument("--out", help="folder for results.json")
     grading_config.add_options(grade)
     grade.set_defaults(run=cmd_grade)

@@ -1,7 +1,7 @@
 """Load a submission: find the student's code in a .py, a folder, a .zip or a notebook.
 
 Only reads files; nothing of the student's runs here. The result is the source text that the
-worker will import as attention.py inside its sandbox.
+worker will import as the exercise's file (exercise.yml's `submission`) inside its sandbox.
 
 This runs as root in the trusted grader on whatever the student uploaded, so every read is
 bounded before it happens and every failure, foreseen or not, becomes SubmissionUnreadable: a
@@ -35,7 +35,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .config import CLASSES
+from .exercise import EXERCISE
 from .text import clean
 
 MAX_BYTES = 2 << 20
@@ -119,11 +119,11 @@ def _load(path):
 
 
 def _pick(names):
-    """attention.py if present, else the only .py (not a test), else the only notebook."""
+    """The exercise's file (attention.py) if present, else the only .py (not a test), else the only notebook."""
     paths = [PurePosixPath(n) for n in names]
     paths = [p for p in paths if "__MACOSX" not in p.parts and not p.name.startswith(".")]
     for candidate in paths:
-        if candidate.name == "attention.py":
+        if candidate.name == EXERCISE.submission:
             return str(candidate)
     for suffix in (".py", ".ipynb"):
         found = [p for p in paths if p.suffix == suffix and p.name not in IGNORED
@@ -257,10 +257,10 @@ def _decode(data, name):
 # the graded classes need, so that its training loops, plots, installs and Colab helpers never run
 # and cost nothing (notebook_source says what is kept). The module ends with one comment line,
 # LINES_MARKER and a JSON list, mapping its lines back to the student's cells; it travels with the
-# source wherever the source goes (a batch writes it to attention.py and loads it again), and the
+# source wherever the source goes (a batch writes it to the exercise's file and loads it again), and the
 # grader reads it back with cell_lines() to report "code cell N, line M".
 
-ASKED = (*CLASSES, "Cfg")  # what the statement asks a notebook to define
+ASKED = (*EXERCISE.class_names, *EXERCISE.notebook_names)  # what the statement asks a notebook to define
 PYTHON_CELL_MAGICS = ("capture", "time", "prun")  # their cell runs in the kernel as Python
 WRITEFILE_MAGICS = ("writefile", "file")
 LINES_MARKER = "# autograder: the notebook cells of the lines above: "
@@ -297,7 +297,7 @@ def notebook_source(text, name="notebook.ipynb"):
 
     - A cell that starts with a cell magic is dropped whole (%%bash, %%html, %%timeit, %%writefile
       of another file...), except %%capture, %%time and %%prun, whose body the kernel runs as
-      Python, and %%writefile attention.py, whose body is the submission itself: their magic
+      Python, and %%writefile of the exercise's file (attention.py), whose body is the submission itself: their magic
       line alone is dropped. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
@@ -360,7 +360,7 @@ def _cell_python(source):
         words = lines[first][2:].split()
         magic = words[0] if words else ""
         if not (magic in PYTHON_CELL_MAGICS or magic in WRITEFILE_MAGICS and len(words) > 1
-                and PurePosixPath(words[-1].strip("'\"")).name == "attention.py"):
+                and PurePosixPath(words[-1].strip("'\"")).name == EXERCISE.submission):
             return "", None
         lines[first] = ""
     blank, with_pass, code_seen = [], [], False

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from pathlib import Path
 
 import hypothesis
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from .exercise import EXERCISE
 from .outcomes import Outcome, SuiteError, outcome_from_exception
 
-SUITE_DIR = Path(__file__).resolve().parent / "properties"
+SUITE_DIR = EXERCISE.suite
 
 
 class Collector:

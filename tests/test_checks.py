@@ -155,7 +155,7 @@ def test_the_worker_applies_the_key_scale_without_builtins_a_submission_may_repl
 def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
     x = np.zeros((2, 3, 4), np.float32)
     mask = np.ones((2, 3, 3), bool)
-    request = harness._call("7", x, mask=mask, fused=True, seed=11, trace_sdpa=True)
+    request = harness._call("7", x, mask=mask, fused=True, seed=11, trace=["scaled_dot_product_attention"])
     described = harness.describe_call("SelfAttention", "call", request)
     assert described == {"method": "forward", "x": [2, 3, 4], "mask": [2, 3, 3], "mask_dtype": "bool",
                          "fused": True, "manual_seed": 11}

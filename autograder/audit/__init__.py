@@ -39,11 +39,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
+from ..exercise import EXERCISE
 from .. import config as grading_config
 
 # The parser of every command loads this module: numpy, the catalog and the suite load only when
 # an audit runs (inside the functions below).
-SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "attention.py"
+SOLUTION = EXERCISE.solution
 DEFAULT_OUT = Path("out") / "audit"
 DEFAULT_PER_OPERATOR = 6
 VERDICTS = ("caught", "collateral-only", "survived", "equivalent", "grader_error")

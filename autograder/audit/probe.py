@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from ..grade import close_to_workers
-from ..properties.harness import CONTRACT_LAYERS
+from ..properties.harness import BUILD_CONFIG, CONTRACT_LAYERS
 from ..worker.client import SubmissionError, SubmissionHalted
 from ..worker.sandbox import worker_uid
 
@@ -35,9 +35,9 @@ def _mask(rng, *shape):
     return mask
 
 
-def _call(args=(), method="forward", train=False, seed=0, grad=False, trace_sdpa=False, device="cpu", **kwargs):
+def _call(args=(), method="forward", train=False, seed=0, grad=False, trace=(), device="cpu", **kwargs):
     return {"method": method, "args": list(args), "kwargs": kwargs, "train": train, "seed": seed, "grad": grad,
-            "trace_sdpa": trace_sdpa, "device": device}
+            "trace": list(trace), "device": device}
 
 
 def probes():
@@ -79,7 +79,7 @@ def probes():
         _call([x], train=True, seed=3), _call([x], fused=True, train=True, seed=4),
         _call([_gaussian(rng, B, block, C)]), _call([_gaussian(rng, B, block, C)], fused=True),
         _call([_gaussian(rng, B, T, C, scale=1e3)]), _call([x], grad=True, seed=5),
-        _call([x], fused=True, grad=True, seed=6), _call([x], fused=True, trace_sdpa=True),
+        _call([x], fused=True, grad=True, seed=6), _call([x], fused=True, trace=["scaled_dot_product_attention"]),
         _call([x], device="meta"), _call([x], fused=True, device="meta"),
     ]
     found.append(("causal", "CausalSelfAttention", {"n_embd": C, "n_head": h, "block_size": block, "dropout": 0.3},
@@ -127,7 +127,7 @@ class Prober:
         try:
             for number, (name, cls, kwargs, load, calls) in enumerate(probes()):
                 handle = f"probe{number}"
-                build = {"cls": cls, "kwargs": kwargs, "handle": handle,
+                build = {"cls": cls, "kwargs": kwargs, "handle": handle, "config": BUILD_CONFIG[cls],
                          "load": {"seed": [number, 7], "layers": list(CONTRACT_LAYERS[cls])} if load else None}
                 requests = [("build", build), *(("call", {"handle": handle, **c}) for c in calls)]
                 if load:

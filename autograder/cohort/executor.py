@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GraderBug
+from ..exercise import EXERCISE
 from ..worker import procfs
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def _grade_in_slot(slot, task, config_text, worker_class, scratch):
     from ..grade import collect_outcomes
 
     config = _config(config_text, scratch)
-    submission_file = scratch / "attention.py"
+    submission_file = scratch / EXERCISE.submission
     submission_file.write_text(task["source"], encoding="utf-8")
     started = time.monotonic()
     collected = collect_outcomes(submission_file, config, slot, worker_class=worker_class)

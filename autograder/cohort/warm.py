@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict
 from functools import partial
 
+from ..exercise import EXERCISE
 from ..worker import zygote as zygote_process
 from ..worker.client import Worker
 from ..worker.sandbox import worker_uid
@@ -66,7 +67,8 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [self.python, "-I", zygote_process.__file__, str(theirs.fileno())],
+                [self.python, "-I", zygote_process.__file__, str(theirs.fileno()),
+                 *([str(EXERCISE.warm_up)] if EXERCISE.warm_up else [])],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 env=ZYGOTE_ENV, cwd="/", start_new_session=True,
             )

@@ -173,7 +173,7 @@ def _hint(outcome, hints):
 # the seed of dropout's randomness tells a student nothing they can use, and the gradient fed to
 # backward is the grader's instrument ("seguida de backward" says enough).
 CALL_MODES = ("train", "grad", "noncontiguous", "device")
-CALL_HIDDEN = ("method", "seed", "manual_seed", "trace_sdpa", "upstream", "input_grads")
+CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grads")
 
 
 def _example(outcome, labels):

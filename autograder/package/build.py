@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..exercise import EXERCISE
 from .. import config as grading_config
 from ..gradescope import failure_results
 from . import lock, otter, statement
 
 PROJECT = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).resolve().parent / "gradescope"
-STUB = PROJECT / "assignments" / "attention" / "attention.py"  # public: the handout's stub
+STUB = EXERCISE.stub  # public: the handout's stub
 SCHEMA = PROJECT / "tests" / "gradescope_results.schema.json"  # public: Gradescope's published format
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -82,7 +83,7 @@ def gradescope_entries(config_path):
         Entry("run_autograder", (TEMPLATES / "run_autograder").read_bytes(), 0o755),
         Entry("requirements.txt", requirements().encode()),
         Entry("failure_results.json", (json.dumps(failure_results("start"), ensure_ascii=False, indent=1) + "\n").encode()),
-        Entry("selfcheck/attention.py", STUB.read_bytes()),
+        Entry(f"selfcheck/{STUB.name}", STUB.read_bytes()),
         Entry("selfcheck/results.schema.json", SCHEMA.read_bytes()),
         *grader_entries(config_path),
     ]

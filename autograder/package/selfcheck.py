@@ -8,8 +8,8 @@ every submission, and fail the image build loudly unless all of this holds:
 - the worker ran as a uid of its own (extra_data.isolation starts with "uid ");
 - the venv holds exactly the versions of requirements.txt, and nothing that is not pinned there.
 
-It needs no solution: the stub is the handout's attention.py, which the build ships as
-selfcheck/attention.py. It grades a copy of /autograder/source in a temporary root, so the real
+It needs no solution: the stub is the handout's file (attention.py), which the build ships in
+selfcheck/. It grades a copy of /autograder/source in a temporary root, so the real
 one keeps no trace of it. Usage, from /autograder/source: python -m autograder.package.selfcheck
 """
 import importlib.metadata
@@ -132,7 +132,8 @@ def grade_stub(source, timeout=600):
         shutil.copytree(source, root / "source", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         (root / "submission").mkdir()
         (root / "results").mkdir()
-        shutil.copy(source / "selfcheck" / "attention.py", root / "submission" / "attention.py")
+        stub, = (source / "selfcheck").glob("*.py")  # the handout's stub, under the exercise's file name
+        shutil.copy(stub, root / "submission" / stub.name)
         (root / "submission_metadata.json").write_text(json.dumps({"previous_submissions": []}), encoding="utf-8")
         process = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root,
                                  env={**os.environ, "AUTOGRADER_ROOT": str(root)},

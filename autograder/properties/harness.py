@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..exercise import EXERCISE
 from ..worker import parameters
 from ..worker.client import SubmissionError, SubmissionHalted
 from .failures import PropertyFailure, as_array, calling
@@ -16,19 +17,18 @@ from .failures import PropertyFailure, as_array, calling
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
 MAX_PARAMETER_ELEMENTS = 1 << 22
 
-# The contract's layers, per class: what the reference reads (a missing bias counts as zero).
-CONTRACT_LAYERS = {
-    "SelfAttention": ("W_Q", "W_K", "W_V"),
-    "MultiHeadAttention": ("W_Q", "W_K", "W_V", "W_O"),
-    "CausalSelfAttention": ("qkv", "proj"),
-}
+# The contract's layers, per class (exercise.yml): what the reference reads (a missing bias counts as zero).
+CONTRACT_LAYERS = {c.name: c.layers for c in EXERCISE.classes}
+# How the worker builds each class: from one config object ({"class", "fields"}), or None: from keywords.
+BUILD_CONFIG = {c.name: {"class": c.config_class, "fields": c.config_fields} if c.config_class else None
+                for c in EXERCISE.classes}
 
 
 class Reply:
     def __init__(self, raw, call=None):
         self.outputs = raw.get("outputs", [])
         self.grads = raw.get("grads", {})
-        self.sdpa_calls = raw.get("sdpa_calls", 0)
+        self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
         self.call = call
@@ -71,7 +71,8 @@ class Remote:
         if load_scale is not None:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
-        self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load})
+        self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load,
+                                         "config": BUILD_CONFIG[cls]})
         self._description = None
 
     def build(self):
@@ -172,16 +173,20 @@ class Remote:
         return int(sum(np.prod(s, dtype=np.int64) for s in self.param_shapes.values()))
 
 
-def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace_sdpa=False,
+def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
     upstream (with grad): the gradient of output 0 to run backward from (float32, output 0's
     shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
-    gradients the reply also carries."""
+    gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
+    `traced`) whose calls the reply counts."""
+    unknown = set(trace) - set(EXERCISE.traced)
+    if unknown:
+        raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
-            "seed": seed, "grad": grad, "trace_sdpa": trace_sdpa, "device": device,
+            "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads)}
 
 
@@ -193,7 +198,7 @@ ARGUMENT_NAMES = {
     ("MultiHeadAttention", "split_heads"): ("x", "batch_size"),
 }
 # Switches of a call that are the grader's instruments, not something the submission was asked.
-INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace_sdpa")
+INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
 

@@ -23,14 +23,12 @@ import parameters  # noqa: E402
 import wire  # noqa: E402
 
 
-@dataclasses.dataclass
-class Cfg:
-    """The grader's own config object for CausalSelfAttention: the student's Cfg is not needed."""
-
-    n_embd: int = 32
-    n_head: int = 4
-    block_size: int = 16
-    dropout: float = 0.0
+def config_object(config, kwargs):
+    """The grader's own config object for a class built from one (exercise.yml's `config`): a
+    dataclass of that name and fields, so the submission's own config class is not needed."""
+    fields = {**config["fields"], **kwargs}
+    made = dataclasses.make_dataclass(str(config["class"]), [(k, type(v), v) for k, v in config["fields"].items()])
+    return made(**fields)
 
 
 class StudentError(Exception):
@@ -65,7 +63,6 @@ class Worker:
 
         torch.set_num_threads(1)
         self.torch = torch
-        self.sdpa = torch.nn.functional.scaled_dot_product_attention
         self.path = os.path.abspath(submission_path)
         self.module = None
         self.instances = {}
@@ -84,24 +81,25 @@ class Worker:
             sys.setswitchinterval(interval)
 
     def load_submission(self):
-        spec = importlib.util.spec_from_file_location("attention", self.path)
+        name = os.path.splitext(os.path.basename(self.path))[0]  # the exercise's module name: the file's stem
+        spec = importlib.util.spec_from_file_location(name, self.path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules["attention"] = module
+        sys.modules[name] = module
         spec.loader.exec_module(module)
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, handle, seed=0, load=None):
+    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None):
         """Build the class as `handle` (the grader names it, so that it can send the next request
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
-        the parameters the grader chose (parameters.draw) into those layers. Returns the
-        parameters' shapes."""
+        the parameters the grader chose (parameters.draw) into those layers; with config
+        ({"class", "fields"}), pass the constructor one config object (config_object) instead of
+        keywords. Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
         self._seed(seed)
-        args = (Cfg(**kwargs),) if cls == "CausalSelfAttention" else ()
-        instance = factory(*args) if args else factory(**kwargs)
+        instance = factory(config_object(config, kwargs)) if config else factory(**kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("contract", f"{cls} is not an nn.Module")
         self.instances[handle] = instance
@@ -136,7 +134,7 @@ class Worker:
         return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
-                trace_sdpa=False, device="cpu", noncontiguous=False, upstream=None, input_grads=()):
+                trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=()):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -168,14 +166,14 @@ class Worker:
         args = [given[str(i)] for i in range(len(args))]
         kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
-        sdpa_calls = [0]
-        with torch.set_grad_enabled(grad), self._sdpa_counter(sdpa_calls, trace_sdpa):
+        traced = dict.fromkeys(trace, 0)
+        with torch.set_grad_enabled(grad), self._counting(traced):
             result = getattr(module, method)(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
             if type(value) is not torch.Tensor:
                 raise StudentError("bad_output", f"{method} returned {type(value).__name__}, not torch.Tensor")
-        reply = {"outputs": [self._to_numpy(v) for v in outputs], "sdpa_calls": sdpa_calls[0],
+        reply = {"outputs": [self._to_numpy(v) for v in outputs], "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied))}
         if grad:
@@ -269,21 +267,25 @@ class Worker:
             array = array.astype(np.float32)
         return array
 
-    def _sdpa_counter(self, counter, enabled):
+    def _counting(self, counts):
+        """While the call runs, count the calls of each torch.nn.functional function named in
+        `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it."""
         from torch.overrides import TorchFunctionMode
         import contextlib
 
-        if not enabled:
+        functions = [(getattr(self.torch.nn.functional, name, None), name) for name in counts]
+        functions = [(function, name) for function, name in functions if function is not None]
+        if not functions:
             return contextlib.nullcontext()
-        sdpa = self.sdpa
 
-        class CountSDPA(TorchFunctionMode):
+        class Count(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                if func is sdpa:
-                    counter[0] += 1
+                for function, name in functions:
+                    if func is function:
+                        counts[name] += 1
                 return func(*args, **(kwargs or {}))
 
-        return CountSDPA()
+        return Count()
 
 
 def serve(worker, requests, responses):

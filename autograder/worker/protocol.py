@@ -10,7 +10,8 @@ be reported as the grading machine's fault.
   build     {"params": {name: shape}}                the module's parameters
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool}}
-  call      {"outputs": [array | {"meta_shape": shape}], "sdpa_calls": int,
+  call      {"outputs": [array | {"meta_shape": shape}], "traced": {name: int} (calls of the
+             torch.nn.functional functions the request named in `trace`),
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
              "modified": [str] (the inputs the call changed in place)}
@@ -69,7 +70,7 @@ def _describe(reply):
 
 def _call(reply):
     _require(isinstance(reply.get("outputs"), list) and all(_output(o) for o in reply["outputs"]))
-    _require(type(reply.get("sdpa_calls")) is int and reply["sdpa_calls"] >= 0)
+    _names(reply.get("traced"), lambda v: type(v) is int and v >= 0)
     if "grads" in reply:
         _names(reply["grads"], _array_or_none)
     if "input_grads" in reply:

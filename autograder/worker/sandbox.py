@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..errors import MachineError
+from ..exercise import EXERCISE
 from . import namespaces, procfs, residue, seccomp
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
@@ -299,7 +300,7 @@ class Sandbox:
         code_dir = self.root / "worker"
         for folder in (self.workdir, self.home, self.tmp, code_dir):
             folder.mkdir(mode=0o700)
-        self.submission = self.workdir / "attention.py"
+        self.submission = self.workdir / EXERCISE.submission
         self.submission.write_text(source_text, encoding="utf-8")
         here = Path(__file__).resolve().parent
         for name in WORKER_FILES:

@@ -1,8 +1,9 @@
 """The zygote: a warm parent for workers, which imports torch once and forks one worker per submission.
 
 Batch grading starts one zygote per parallel slot (autograder/cohort/warm.py is its trusted-side
-handle) as `python -I zygote.py CONTROL_FD`, in the same sandbox environment as a worker. It
-imports child.py (torch, numpy, wire, parameters) and exercises the operations an attention module uses, so
+handle) as `python -I zygote.py CONTROL_FD [WARM_UP]`, in the same sandbox environment as a worker. It
+imports child.py (torch, numpy, wire, parameters) and runs the exercise's warm-up file (the
+operations its modules use: exercise.yml's warm_up), so
 that each worker it forks starts with torch loaded and its kernels initialised instead of paying
 for that again. The zygote itself never runs student code: on each request it forks, and the
 fork takes the sandbox the grader prepared (new session, its directory and environment, the
@@ -20,6 +21,7 @@ import json
 import os
 import signal
 import socket
+import runpy
 import sys
 import time
 import types
@@ -28,43 +30,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(HERE))  # where `autograder` is: sandbox.py imports relatively
 PR_SET_PDEATHSIG = 1
 MAX_MESSAGE = 1 << 16
-
-
-def warm_up(worker):
-    """Initialise the torch kernels that attention code uses, forward and backward, with no module of ours left over.
-
-    Runs child.py's own request paths on a one-layer module (build with chosen parameters,
-    describe, call with gradients and the SDPA counter, the meta device), then the functional
-    operations.
-    """
-    import numpy as np
-
-    torch = worker.torch
-
-    class WarmUp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = torch.nn.Linear(8, 8)
-
-        def forward(self, x):
-            return self.proj(x)
-
-    worker.module = types.SimpleNamespace(WarmUp=WarmUp)
-    handle = "warm-up"
-    worker.op_build("WarmUp", {}, handle, load={"seed": 0, "layers": ["proj"]})
-    worker.op_describe(handle)
-    x = np.ones((2, 3, 8), np.float32)
-    for device in ("cpu", "meta"):
-        worker.op_call(handle, "forward", args=[x], grad=device == "cpu", trace_sdpa=True, device=device)
-    worker.module, worker.instances = None, {}
-
-    q = torch.randn(2, 2, 5, 4, requires_grad=True)
-    mask = torch.tril(torch.ones(5, 5)).view(1, 1, 5, 5)
-    scores = (q @ q.transpose(-2, -1)) / 2.0
-    weights = torch.nn.functional.dropout(torch.softmax(scores.masked_fill(mask == 0, float("-inf")), dim=-1), 0.1)
-    out = torch.einsum("bhij,bhjd->bhid", weights, q).transpose(1, 2).contiguous().reshape(2, 5, 8)
-    fused = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-    (out.sum() + fused.sum()).backward()
 
 
 def become_worker(request, fds):
@@ -142,7 +107,9 @@ def main():
     import child
     from autograder.worker import sandbox  # noqa: F401  (loaded before any fork, like child)
 
-    warm_up(child.Worker(os.devnull))
+    worker = child.Worker(os.devnull)
+    if len(sys.argv) > 2:  # the exercise's warm-up (exercise.yml's warm_up), run once before any fork
+        runpy.run_path(sys.argv[2])["warm_up"](worker)
     control.send(json.dumps({"ready": True}).encode())
     serve(control)
 

@@ -1,0 +1,92 @@
+"""The exercise being graded, as its suite folder declares it (properties/exercise.yml).
+
+The engine (loader, worker, runner, packaging, cohorts) takes every exercise-specific fact from
+here: the submission's file name, the classes in grading order, how each is built, its contract
+layers, the torch functions the worker may count, and the handout, solution and warm-up paths.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import UsageError
+
+PROJECT = Path(__file__).resolve().parent.parent
+DESCRIPTOR = Path(__file__).resolve().parent / "properties" / "exercise.yml"
+KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "warm_up"}
+
+
+class ExerciseError(UsageError):
+    """exercise.yml is missing a key, has an unknown one, or a value of the wrong form: the
+    message names it; see properties/exercise.yml for the expected form."""
+
+
+@dataclass(frozen=True)
+class GradedClass:
+    name: str
+    layers: tuple  # contract layers: the grader chooses their parameters
+    config_class: str | None = None  # built from one config object of this name, else from keywords
+    config_fields: dict = field(default_factory=dict)  # that object's fields and defaults
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    suite: Path  # the folder of the hidden suite (and of exercise.yml)
+    submission: str  # file name students hand in; the worker imports it as module `module`
+    handout: Path
+    solution: Path
+    classes: tuple  # GradedClass, in grading order
+    notebook_names: tuple = ()
+    traced: tuple = ()
+    warm_up: Path | None = None
+
+    @property
+    def module(self):
+        return Path(self.submission).stem
+
+    @property
+    def class_names(self):
+        return tuple(c.name for c in self.classes)
+
+    def graded_class(self, name):
+        return next(c for c in self.classes if c.name == name)
+
+    @property
+    def stub(self):
+        return self.handout / self.submission
+
+
+def load(path=DESCRIPTOR):
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ExerciseError(f"cannot read {path}: {exc}") from None
+    if not isinstance(raw, dict) or set(raw) - KEYS or not {"name", "submission", "classes"} <= set(raw):
+        raise ExerciseError(f"{path}: expected the keys {sorted(KEYS)} (name, submission and classes required)")
+    suite = Path(path).resolve().parent
+    classes = []
+    for name, spec in (raw["classes"] or {}).items():
+        spec = spec or {}
+        layers, config = spec.get("layers", []), spec.get("config")
+        if not isinstance(layers, list) or not all(isinstance(layer, str) for layer in layers):
+            raise ExerciseError(f"{path}: classes.{name}.layers must be a list of attribute names")
+        if config is not None and not (isinstance(config, dict) and set(config) == {"class", "fields"}
+                                       and isinstance(config["fields"], dict)):
+            raise ExerciseError(f"{path}: classes.{name}.config must have `class` and `fields`")
+        classes.append(GradedClass(name, tuple(layers), config and config["class"], dict(config["fields"]) if config else {}))
+    if not classes:
+        raise ExerciseError(f"{path}: no classes")
+    submission = raw["submission"]
+    if not isinstance(submission, str) or Path(submission).name != submission or not submission.endswith(".py"):
+        raise ExerciseError(f"{path}: submission must be a plain file name ending in .py, not {submission!r}")
+    return Exercise(
+        name=str(raw["name"]), suite=suite, submission=submission,
+        handout=PROJECT / raw.get("handout", ""), solution=PROJECT / raw.get("solution", ""),
+        classes=tuple(classes), notebook_names=tuple(raw.get("notebook_names") or ()),
+        traced=tuple(raw.get("traced") or ()), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None)
+
+
+EXERCISE = load()

@@ -1,0 +1,64 @@
+"""The exercise is declared once (autograder/properties/exercise.yml) and the engine reads it."""
+import re
+from pathlib import Path
+
+import pytest
+
+from autograder import config, exercise
+from autograder.errors import UsageError
+from autograder.worker import child
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(exercise.__file__).resolve().parent
+# The exercise's own files: its suite folder, its misconception catalog and the audit that applies
+# it. Everything else is the engine, which must take the exercise from the descriptor.
+EXERCISE_FILES = ("properties/", "misconceptions/", "audit/")
+CLASS_NAMES = re.compile(r"\b(?:%s)\b" % "|".join(exercise.EXERCISE.class_names))
+
+
+def test_the_shipped_descriptor():
+    found = exercise.EXERCISE
+    assert found.class_names == config.CLASSES == ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
+    assert found.submission == "attention.py" and found.module == "attention"
+    assert found.stub.is_file() and found.solution.is_file() and found.warm_up.is_file()
+    causal = found.graded_class("CausalSelfAttention")
+    assert causal.layers == ("qkv", "proj") and causal.config_class == "Cfg"
+
+
+def test_the_engine_names_no_class_of_the_exercise():
+    """Outside the exercise's own files, code may name its classes only in docstrings and comments."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith(EXERCISE_FILES):
+            continue
+        code = re.sub(r'("""|\'\'\').*?\1', "", path.read_text(encoding="utf-8"), flags=re.S)
+        code = "\n".join(line.split("#")[0] for line in code.splitlines())
+        if CLASS_NAMES.search(code) or "attention.py" in code:
+            offenders.append(relative)
+    assert not offenders, f"these name the exercise: take it from autograder/exercise.py instead: {offenders}"
+
+
+@pytest.mark.parametrize("text, complaint", [
+    ("name: x\nsubmission: x.py\nclasses: {A: {}}\nsurprise: 1\n", "expected the keys"),
+    ("name: x\nsubmission: ../x.py\nclasses: {A: {}}\n", "plain file name"),
+    ("name: x\nsubmission: x.py\nclasses: {A: {layers: W}}\n", "list of attribute names"),
+    ("name: x\nsubmission: x.py\nclasses: {A: {config: {class: C}}}\n", "`class` and `fields`"),
+    ("name: x\nsubmission: x.py\nclasses: {}\n", "no classes"),
+    ("[unclosed\n", "cannot read"),
+])
+def test_a_bad_descriptor_is_refused_with_a_reason(tmp_path, text, complaint):
+    path = tmp_path / "exercise.yml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(exercise.ExerciseError, match=re.escape(complaint)) as caught:
+        exercise.load(path)
+    assert isinstance(caught.value, UsageError)
+
+
+def test_the_worker_builds_a_config_object_from_the_declared_fields():
+    """What CausalSelfAttention(cfg) receives: a dataclass of the declared name, defaults filled in."""
+    cfg = child.config_object({"class": "Cfg", "fields": {"n_embd": 32, "n_head": 4, "dropout": 0.0}}, {"n_embd": 8})
+    assert type(cfg).__name__ == "Cfg" and (cfg.n_embd, cfg.n_head, cfg.dropout) == (8, 4, 0.0)
+    with pytest.raises(TypeError):
+        child.config_object({"class": "Cfg", "fields": {"n_embd": 32}}, {"unknown": 1})
