@@ -36,7 +36,10 @@ def cmd_test(args):
     import pytest
 
     root = Path(__file__).resolve().parent.parent
-    return int(pytest.main([str(root / "tests"), *args.pytest_args]))
+    # --fast: the unit tier alone (tests marked `unit`: no worker, no subprocess), for the
+    # development loop; CI runs everything. A later -m of the user's replaces this one.
+    tier = ["-m", "unit"] if args.fast else []
+    return int(pytest.main([str(root / "tests"), *tier, *args.pytest_args]))
 
 
 # Modules that define register(commands) for further commands (build, batch, report, diff).
@@ -54,6 +57,8 @@ def parser():
     grade.set_defaults(run=cmd_grade)
 
     test = commands.add_parser("test", help="run the project's own tests (pytest tests/ [pytest options])")
+    test.add_argument("--fast", action="store_true",
+                      help="only the unit tier (pytest -m unit): seconds, no grading worker")
     test.set_defaults(run=cmd_test)
     for name in COMMAND_MODULES:
         importlib.import_module(name, __package__).register(commands)

@@ -62,9 +62,10 @@ class Graded:
         return scoring.total(self.scored)
 
 
-# What decides an outcome: the hidden suite, the worker, how outcomes are collected, and the
-# settings of grading.yml that reach them. Points, visibility and language do not.
-OUTCOME_SOURCES = ("properties/*.py", "worker/*.py", "outcomes.py", "suite_runner.py")
+# What decides an outcome: the hidden suite, the worker, how outcomes are collected, the
+# misconception catalog (an outcome's diagnosis), and the settings of grading.yml that reach them.
+# Points, visibility and language do not.
+OUTCOME_SOURCES = ("properties/*.py", "worker/*.py", "outcomes.py", "suite_runner.py", "misconceptions/*.py")
 
 
 def suite_version(config):

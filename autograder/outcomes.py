@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .errors import GraderBug
+from .properties import diagnosis
 from .properties.failures import PropertyFailure, current_example
 from .worker.client import TIMEOUT_KINDS, SubmissionError, SubmissionHalted
 
@@ -23,6 +24,7 @@ class Outcome:
     example: dict = field(default_factory=dict)
     duration: float = 0.0
     output: str = ""
+    diagnosis: str | None = None  # id of the catalog misconception that explains a failure on values
 
     def as_dict(self):
         return asdict(self)
@@ -47,8 +49,9 @@ def _unwrap(exc):
 
 def outcome_from_exception(cls, prop, exc):
     found = _unwrap(exc)
+    diagnosis.reset()  # the property is over: the next one starts afresh
     if isinstance(found, PropertyFailure):
-        return Outcome(cls, prop, "failed", found.code, found.params, found.example)
+        return Outcome(cls, prop, "failed", found.code, found.params, found.example, diagnosis=found.diagnosis)
     if found is not None:  # SubmissionError: the submission could not answer
         status = "timeout" if found.kind in TIMEOUT_KINDS else "error"
         return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), current_example())

@@ -40,7 +40,8 @@ def build(scored, *, execution_time, output="", extra_data=None):
                 "output": _clip(t.output),
                 "tags": [t.cls, t.prop],
                 "extra_data": {"outcome": t.outcome_status,
-                               **({"blocked_by": list(t.blocked_by)} if t.blocked_by else {})},
+                               **({"blocked_by": list(t.blocked_by)} if t.blocked_by else {}),
+                               **({"diagnosis": t.diagnosis} if t.diagnosis else {})},
             }
             for t in scored
         ],

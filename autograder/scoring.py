@@ -25,6 +25,7 @@ class ScoredTest:
     visibility: str
     output: str
     blocked_by: tuple[str, ...] = ()  # prerequisites that did not pass: why a passing outcome earns nothing
+    diagnosis: str | None = None  # the outcome's: the catalog misconception that explains its failure
 
 
 def score(outcomes, config):
@@ -44,7 +45,7 @@ def score(outcomes, config):
             name=feedback.title(prop.cls, prop.name, config.language),
             score=prop.points if passed else 0.0, max_score=prop.points,
             status="passed" if passed else "failed", outcome_status=outcome.status,
-            visibility=prop.visibility, output="", blocked_by=blocked_by,
+            visibility=prop.visibility, output="", blocked_by=blocked_by, diagnosis=outcome.diagnosis,
         ))
     return feedback.render(scored, outcomes, config.language)
 

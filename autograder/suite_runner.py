@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from .exercise import EXERCISE
 from .outcomes import Outcome, SuiteError, outcome_from_exception
+from .properties import diagnosis
 
 SUITE_DIR = EXERCISE.suite
 
@@ -74,6 +75,9 @@ class Collector:
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.started[nodeid] = time.monotonic()
+
+    def pytest_runtest_setup(self, item):
+        diagnosis.begin(*self._key(item))  # a property starts: nothing diagnosed yet (properties/diagnosis.py)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item, call):

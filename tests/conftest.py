@@ -1,5 +1,7 @@
 """Shared fixtures: the shipped grading.yml, the reference and stub paths, and a cached grader."""
 import json
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -7,6 +9,7 @@ import pytest
 
 from autograder import config as grading_config
 from autograder.grade import grade
+from autograder.worker import client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,3 +60,49 @@ def graded_run(grading, tmp_path_factory):
         return cache[key]
 
     return run
+
+
+# ---- the fast tier -----------------------------------------------------------------------------
+# `python -m autograder test --fast` runs only tests marked `unit` (pytest -m unit): no worker, no
+# subprocess, no fork. The guard below holds a unit test to that while its fixtures are set up and
+# while it runs, so a test that starts grading cannot stay in the fast tier by mistake.
+
+
+class UnitTierViolation(RuntimeError):
+    """A test marked `unit` tried to start a worker or another process."""
+
+
+def _refuse(what):
+    def refuse(*args, **kwargs):
+        raise UnitTierViolation(f"a test marked unit must not start {what}: drop the marker or the call")
+    return refuse
+
+
+def _guarded(item):
+    if item.get_closest_marker("unit") is None:
+        return None
+    patch = pytest.MonkeyPatch()
+    patch.setattr(client.Worker, "start", _refuse("a grading worker (Worker.start)"))
+    patch.setattr(subprocess.Popen, "__init__", _refuse("a subprocess"))
+    patch.setattr(os, "fork", _refuse("a fork (os.fork)"))
+    return patch
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    patch = _guarded(item)
+    try:
+        return (yield)
+    finally:
+        if patch is not None:
+            patch.undo()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    patch = _guarded(item)
+    try:
+        return (yield)
+    finally:
+        if patch is not None:
+            patch.undo()

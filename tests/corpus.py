@@ -24,7 +24,11 @@ MANIFEST = yaml.safe_load((SUBMISSIONS / "manifest.yml").read_text(encoding="utf
 # Failure codes that do not measure the property itself but point at another test that failed
 # first (the output's form, a missing prerequisite): their message describes that other test.
 UPSTREAM_CODES = {"shape_mismatch": "shapes", "missing_output": "shapes", "not_a_tensor": "shapes",
-                  "dtype_mismatch": "shapes", "future_leak_upstream": "causality"}
+                  "dtype_mismatch": "shapes", "future_leak_upstream": "causality",
+                  "output_nan_upstream": "causality",
+                  "masked_rows_nan_upstream": "masked_zero", "masked_weight_not_zero_upstream": "masked_zero",
+                  "masked_column_nan_upstream": "rows_sum_to_one", "rows_do_not_sum_to_one_upstream": "rows_sum_to_one",
+                  "rows_dropped_in_eval": "eval_deterministic", "eval_random_upstream": "eval_deterministic"}
 
 
 def files(kinds=("buggy", "correct", "fakes")):

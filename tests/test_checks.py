@@ -10,6 +10,8 @@ from autograder.properties import checks, failures, harness, reference
 from autograder.properties.failures import PropertyFailure
 from autograder.worker import parameters
 
+pytestmark = pytest.mark.unit
+
 
 def softmax(scores, axis=-1):
     return reference.softmax(scores.swapaxes(axis, -1)).swapaxes(axis, -1)

@@ -9,6 +9,8 @@ from autograder.cohort import batch, gradescope_export
 from autograder.cohort.store import Store, StoreError, Submitter
 from autograder.outcomes import Outcome
 
+pytestmark = pytest.mark.unit
+
 OUTCOMES = [
     Outcome("SelfAttention", "shapes", "passed", duration=0.5),
     Outcome("SelfAttention", "scale", "failed", "scale_mismatch", {"expected": 0.25, "found": 1.0},

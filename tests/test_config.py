@@ -28,6 +28,7 @@ def write_config(tmp_path):
     return write
 
 
+@pytest.mark.unit
 def test_shipped_config_loads(grading):
     assert grading.language == "es"
     assert len(grading.properties) == len({(p.cls, p.name) for p in grading.properties}) > 30
@@ -35,37 +36,44 @@ def test_shipped_config_loads(grading):
     assert grading.max_score == sum(p.points for p in grading.properties) > 0
 
 
+@pytest.mark.unit
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         grading_config.load(tmp_path / "nope.yml")
 
 
+@pytest.mark.unit
 def test_unknown_class(write_config):
     with pytest.raises(ConfigError, match="unknown class 'SelfAtention'"):
         write_config(lambda d: d["classes"].update(SelfAtention={"shapes": {"points": 1}}))
 
 
+@pytest.mark.unit
 def test_bad_visibility(write_config):
     with pytest.raises(ConfigError, match="SelfAttention.scale: visibility"):
         write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(visibility="secret"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("points", [-1, "two", True])
 def test_points_must_be_a_non_negative_number(write_config, points):
     with pytest.raises(ConfigError, match="SelfAttention.scale.points"):
         write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(points=points))
 
 
+@pytest.mark.unit
 def test_property_without_points(write_config):
     with pytest.raises(ConfigError, match="needs 'points'"):
         write_config(lambda d: d["classes"]["SelfAttention"].update(scale={"visibility": "hidden"}))
 
 
+@pytest.mark.unit
 def test_unknown_timeout_key(write_config):
     with pytest.raises(ConfigError, match="unknown key timeouts.requests"):
         write_config(lambda d: d["timeouts"].update(requests=5))
 
 
+@pytest.mark.unit
 def test_timeouts_and_limits_reach_the_worker_limits(write_config):
     def edit(data):
         data["timeouts"]["request"] = 3
@@ -76,6 +84,7 @@ def test_timeouts_and_limits_reach_the_worker_limits(write_config):
     assert isinstance(limits.memory_mib, int)
 
 
+@pytest.mark.unit
 def test_language_override(write_config):
     assert write_config(lambda d: None).language == "es"
     assert write_config(lambda d: None, language="en").language == "en"
@@ -84,6 +93,7 @@ def test_language_override(write_config):
         write_config(lambda d: d.update(language="fr"))
 
 
+@pytest.mark.unit
 def test_hypothesis_settings(write_config):
     seeded = write_config(lambda d: d["hypothesis"].update(seed=1234, max_examples=3))
     assert (seeded.seed, seeded.max_examples) == (1234, 3)
@@ -95,6 +105,7 @@ def test_hypothesis_settings(write_config):
         write_config(lambda d: d["hypothesis"].update(derandomise=True))
 
 
+@pytest.mark.unit
 def test_property_unknown_to_the_suite_stops_grading(grading):
     """Checked when the suite is collected, before the worker is ever asked anything."""
     extra = grading_config.Property("SelfAttention", "telepathy", 1.0, "visible")
@@ -103,6 +114,7 @@ def test_property_unknown_to_the_suite_stops_grading(grading):
         run_properties(None, config)
 
 
+@pytest.mark.unit
 def test_property_missing_from_config_stops_grading(grading):
     config = dataclasses.replace(grading, properties=grading.properties[1:])
     dropped = grading.properties[0]
@@ -150,6 +162,7 @@ def _all_passed(config):
     return [Outcome(p.cls, p.name, "passed") for p in config.properties]
 
 
+@pytest.mark.unit
 def test_prerequisite_failing_takes_the_points_of_what_requires_it(write_config):
     """rows_sum_to_one requires scale, masked_zero requires rows_sum_to_one: scale failing blocks
     both (transitively), each says which test to fix, and results.json records why."""
@@ -178,6 +191,7 @@ def test_prerequisite_failing_takes_the_points_of_what_requires_it(write_config)
     assert built[("SelfAttention", "shapes")]["extra_data"] == {"outcome": "passed"}
 
 
+@pytest.mark.unit
 def test_blocked_property_that_fails_itself_shows_its_own_message_too(write_config):
     config = write_config(lambda d: d["classes"]["SelfAttention"]["rows_sum_to_one"].update(requires=["scale"]))
     outcomes = _all_passed(config)
@@ -197,11 +211,13 @@ def test_blocked_property_that_fails_itself_shows_its_own_message_too(write_conf
     ({"scale": True}, "must be a list of property names"),
     (["fused_equivalence"], "not another property of this class"),      # another class's property
 ])
+@pytest.mark.unit
 def test_prerequisites_are_validated(write_config, requires, error):
     with pytest.raises(ConfigError, match=error):
         write_config(lambda d: d["classes"]["SelfAttention"]["rows_sum_to_one"].update(requires=requires))
 
 
+@pytest.mark.unit
 def test_prerequisite_cycle_is_refused(write_config):
     def edit(data):
         props = data["classes"]["MultiHeadAttention"]
@@ -213,6 +229,7 @@ def test_prerequisite_cycle_is_refused(write_config):
         write_config(edit)
 
 
+@pytest.mark.unit
 def test_unknown_property_key_is_refused(write_config):
     with pytest.raises(ConfigError, match="unknown key.*pionts"):
         write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(pionts=3))

@@ -18,6 +18,8 @@ from autograder.outcomes import Outcome
 from autograder.package import otter_case
 from autograder.scoring import ScoredTest
 
+pytestmark = pytest.mark.unit
+
 CONFIG = {language: grading_config.load(language=language) for language in ("es", "en")}
 LANGUAGES = ("es", "en")
 CAUSAL_MASK_ERROR = {"kind": "exception", "exc_type": "RuntimeError", "line": 41, "cls": "CausalSelfAttention",

@@ -7,6 +7,8 @@ from autograder import __main__ as entry
 from autograder.package import build as builder
 from autograder.package import lock
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def locked():

@@ -174,6 +174,7 @@ def reference_of(cls, params, args):
 
 
 # ---- the catalog's shape ---------------------------------------------------------------------
+@pytest.mark.unit
 def test_the_catalog_has_at_least_25_misconceptions_each_documented():
     assert len(CATALOG) >= 25 and len(set(IDS)) == len(IDS)
     from autograder import config
@@ -186,6 +187,7 @@ def test_the_catalog_has_at_least_25_misconceptions_each_documented():
         assert entry.edits and all(edit.cls == entry.cls for edit in entry.edits), entry.id
 
 
+@pytest.mark.unit
 def test_every_misconception_is_different_code():
     codes = {}
     for entry in CATALOG:
@@ -193,6 +195,7 @@ def test_every_misconception_is_different_code():
     assert [ids for ids in codes.values() if len(ids) > 1] == []
 
 
+@pytest.mark.unit
 def test_a_pattern_that_is_not_there_fails_loudly():
     edit = mutation.Replace("SelfAttention", "forward", "Q @ K.transpose(-1, -2)", "Q")
     with pytest.raises(mutation.MutationError, match="found it 0 time"):
@@ -240,6 +243,7 @@ def test_the_fake_sdpa_is_torchs_without_dropout():
 
 
 # ---- every entry -------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("misconception_id", IDS)
 def test_the_mutation_applies_and_changes_the_solution(misconception_id):
     entry = misconceptions.get(misconception_id)

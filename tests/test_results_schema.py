@@ -11,6 +11,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Dr
 BUGGY = Path(__file__).resolve().parent / "submissions" / "buggy" / "mha_split_without_transpose.py"
 
 
+@pytest.mark.unit
 def test_schema_is_valid_draft_2020_12():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
 
@@ -24,6 +25,7 @@ def test_schema_is_valid_draft_2020_12():
     ({"tests": [{"max_score": 1}]}, "is not valid under any of the given schemas"),
     ({"score": 1, "leaderboard": [{"name": "t", "value": 1, "order": "up"}]}, "'up' is not one of"),
 ])
+@pytest.mark.unit
 def test_schema_rejects_what_gradescope_rejects(broken, complaint):
     errors = [e.message for e in VALIDATOR.iter_errors(broken)]
     assert any(complaint in e for e in errors), errors

@@ -20,6 +20,8 @@ from autograder import feedback
 from autograder.package import build as builder
 from autograder.package import statement
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 HANDOUT = ROOT / "assignments" / "attention"
 LANGUAGES = {"ENUNCIADO.md": "es", "STATEMENT.en.md": "en"}

@@ -16,6 +16,8 @@ from hypothesis.extra import numpy as hnp
 
 from autograder.worker import wire
 
+pytestmark = pytest.mark.unit
+
 PREFIX = struct.Struct(">QI")
 
 

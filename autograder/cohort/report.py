@@ -17,7 +17,9 @@ visibility) and rendered in the chosen language.
   students/PAGE.md     visibility "hidden" are left out, and so is the total when any test is hidden
   index.html           cohort summary for the staff: warnings, the runs the view draws on, score
                        histogram, pass rate per property and per class, the most common failures
-                       with an example message, every student with status and run
+                       with an example message, how many students each diagnosed misconception
+                       has ("12 estudiantes": properties/diagnosis.py), every student with
+                       status and run
   *.png                the summary's plots
 
 `--roster roster.csv` (roster.py) gives each submission its students' names, SIDs, emails,
@@ -264,6 +266,33 @@ def summary_figures(graded, config):
     return per_property, per_class, top
 
 
+def diagnosis_counts(graded, language):
+    """How many students the diagnosis (properties/diagnosis.py) found each catalog misconception in,
+    most first: [{id, cls, props, count, students, explanation}], a student counted once per id
+    whatever the number of properties that named it. An id this catalog no longer has (an outcome
+    stored by another version) is counted under its id, without an explanation."""
+    from .. import misconceptions
+
+    students = Counter()
+    where = {}
+    for item in graded:
+        found = {}
+        for outcome in item.outcomes:
+            if outcome.diagnosis:
+                found.setdefault(outcome.diagnosis, set()).add(outcome.prop)
+        for misconception, props in found.items():
+            students[misconception] += 1
+            where.setdefault(misconception, set()).update(props)
+    template = feedback.catalog(language)["report"]["diagnosis_count"]
+    rows = []
+    for misconception, count in sorted(students.items(), key=lambda pair: (-pair[1], pair[0])):
+        entry = misconceptions.BY_ID.get(misconception)
+        rows.append({"id": misconception, "cls": entry.cls if entry else "", "props": sorted(where[misconception]),
+                     "count": count, "students": feedback.fill(template, count=count),
+                     "explanation": entry.explanation(language) if entry else ""})
+    return rows
+
+
 def plot(out, graded, per_property, per_class, config, labels):
     import matplotlib
 
@@ -431,6 +460,7 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
         "cohort": view.cohort, "view": view, "labels": labels, "language": config.language, "items": view.items,
         "graded": graded, "max_score": config.max_score, "mean": statistics.fmean(totals),
         "median": statistics.median(totals), "per_class": per_class, "per_property": per_property, "top": top,
+        "diagnoses": diagnosis_counts(graded, config.language),
         "figures": figures, "scored_with": grading_yml_hash(config),
         "runs": [r for r in view.runs if view.run is None or r.id == view.run.id],
     }

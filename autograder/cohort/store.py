@@ -9,7 +9,8 @@ cohort with an edited grading.yml without running anything again.
   submitters   who handed a submission in (name, email, sid); several for a group
   runs         one per `batch` invocation: grader version, grading.yml hash and text, source
   gradings     one per submission actually graded: content hash, versions, time, peak memory
-  outcomes     one per (grading, property), in grading.yml's order
+  outcomes     one per (grading, property), in grading.yml's order, with the diagnosis of a failure
+               on values (the catalog misconception that explains it, properties/diagnosis.py), if any
   run_results  which grading stands for each submission in each run (new, or reused unchanged)
   failures     submissions a run could not grade (grader failure): nothing else is stored for them
 
@@ -68,7 +69,8 @@ CREATE INDEX IF NOT EXISTS gradings_by_content
 CREATE TABLE IF NOT EXISTS outcomes (
     grading_id INTEGER NOT NULL REFERENCES gradings(id), position INTEGER NOT NULL,
     cls TEXT NOT NULL, prop TEXT NOT NULL, status TEXT NOT NULL, code TEXT, params TEXT NOT NULL,
-    example TEXT NOT NULL, duration REAL NOT NULL, output TEXT NOT NULL, PRIMARY KEY (grading_id, position));
+    example TEXT NOT NULL, duration REAL NOT NULL, output TEXT NOT NULL, diagnosis TEXT,
+    PRIMARY KEY (grading_id, position));
 CREATE TABLE IF NOT EXISTS run_results (
     run_id INTEGER NOT NULL REFERENCES runs(id), submission_id INTEGER NOT NULL REFERENCES submissions(id),
     grading_id INTEGER NOT NULL REFERENCES gradings(id), reused INTEGER NOT NULL,
@@ -77,7 +79,8 @@ CREATE TABLE IF NOT EXISTS failures (
     run_id INTEGER NOT NULL REFERENCES runs(id), submission_id INTEGER NOT NULL REFERENCES submissions(id),
     message TEXT NOT NULL, failed_at TEXT NOT NULL, PRIMARY KEY (run_id, submission_id));
 """
-ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER"))}  # stores written before they existed
+# Columns that stores written before they existed lack: added when such a store is opened.
+ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER")), "outcomes": (("diagnosis", "TEXT"),)}
 
 
 class StoreError(UsageError):
@@ -273,11 +276,12 @@ class Store:
                 (submission_id, run.id, content_hash, run.grader_version, run.suite_hash, seconds, peak_rss_mib,
                  _now())).lastrowid
             self.db.executemany(
-                "INSERT INTO outcomes (grading_id, position, cls, prop, status, code, params, example, duration, output)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO outcomes (grading_id, position, cls, prop, status, code, params, example, duration, output,"
+                " diagnosis) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(grading_id, i, clean(o.cls), clean(o.prop), clean(o.status), o.code and clean(o.code),
                   json.dumps(clean_tree(o.params), ensure_ascii=False),
-                  json.dumps(clean_tree(o.example), ensure_ascii=False), o.duration, clean(o.output))
+                  json.dumps(clean_tree(o.example), ensure_ascii=False), o.duration, clean(o.output),
+                  o.diagnosis and clean(o.diagnosis))
                  for i, o in enumerate(outcomes)])
             self._result(run, submission_id, grading_id, False, replace)
             self._clear_failure(run, submission_id)
@@ -332,9 +336,9 @@ class Store:
         results = []
         for submission_id, key, grading_id, content_hash, seconds, peak, reused, run_id in rows:
             outcomes = [
-                Outcome(cls, prop, status, code, json.loads(params), json.loads(example), duration, output)
-                for cls, prop, status, code, params, example, duration, output in self.db.execute(
-                    "SELECT cls, prop, status, code, params, example, duration, output FROM outcomes"
+                Outcome(cls, prop, status, code, json.loads(params), json.loads(example), duration, output, diagnosis)
+                for cls, prop, status, code, params, example, duration, output, diagnosis in self.db.execute(
+                    "SELECT cls, prop, status, code, params, example, duration, output, diagnosis FROM outcomes"
                     " WHERE grading_id = ? ORDER BY position", (grading_id,))
             ]
             results.append(StoredResult(key, self._submitters(submission_id), outcomes, content_hash, grading_id,

@@ -132,6 +132,9 @@ def message(outcome, language, context=None):
         lines = [headline(outcome, language, upstream)]
         if outcome.example and not _input_free(outcome.code):
             lines.append(f"{texts['labels']['example']}: {_example(outcome, texts['labels'])}")
+        named = diagnosis(outcome, language)
+        if named:
+            lines.append(named)
         hint = None
         if not upstream:
             hint = (context and context.shapes_first(outcome, language)) or _hint(outcome, texts["hints"])
@@ -140,6 +143,21 @@ def message(outcome, language, context=None):
     if outcome.output:
         lines.append(f"{texts['labels']['printed']}:\n{outcome.output}")
     return "\n".join(lines)
+
+
+def diagnosis(outcome, language):
+    """The sentence naming the catalog misconception whose output the submission's matched on every
+    failing example (properties/diagnosis.py), or None: no diagnosis, or an id this catalog no
+    longer has (an outcome stored by another version)."""
+    from .. import misconceptions
+
+    entry = misconceptions.BY_ID.get(getattr(outcome, "diagnosis", None) or "")
+    return None if entry is None else label("diagnosis", language, explanation=entry.explanation(language))
+
+
+def fill(template, **params):
+    """A template of the catalogs filled as messages are ("{count:estudiante|estudiantes}")."""
+    return _fill(template, params, {})
 
 
 def headline(outcome, language, upstream=False):

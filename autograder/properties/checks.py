@@ -15,6 +15,47 @@ def rows_sum_to_one(weights):
     expect_close(sums, np.ones_like(sums), "rows_do_not_sum_to_one", atol=ROW_SUM_ATOL, rtol=0)
 
 
+def dropout_factor(weights, expected, p):
+    """c when every weight is either 0 or c times the reference's (`expected`), one c > 1 for all,
+    in a module built with dropout p > 0: dropout's pattern. c is measured from the weights that
+    survived (another c than 1/(1-p) is a dropout with another p), but must be 1/(1-p) when none
+    was dropped: a constant factor alone is not dropout. None when the weights are not that."""
+    if p <= 0 or not np.isfinite(weights).all():
+        return None
+    kept = weights != 0
+    if np.any(kept & (expected == 0)):
+        return None
+    factor = float(np.median(weights[kept] / expected[kept])) if kept.any() else 1.0 / (1.0 - p)
+    dropped = ~kept & (expected != 0)
+    if not dropped.any() and not math.isclose(factor, 1.0 / (1.0 - p), rel_tol=1e-3):
+        return None
+    if factor <= 1 + 1e-3 or not np.allclose(weights[kept], factor * expected[kept], rtol=1e-3, atol=1e-6):
+        return None
+    return factor
+
+
+def rows_sum_to_one_in_eval(weights, expected, p=0.0, masked=False):
+    """The rows_sum_to_one property on one call in eval: `expected` is the reference's weights for
+    it, p the module's dropout, masked whether the call had a mask (one that leaves every row an
+    open position: harness.random_mask). Two mistakes of other properties show here first and are
+    named as theirs: rows of NaN under such a mask (positions the mask allows are closed: the
+    mask is read wrongly, masked_zero's business), and weights that are the reference's after
+    dropout (dropout still active in eval: eval_deterministic's)."""
+    nan_rows = ~np.isfinite(weights).all(axis=-1)
+    if masked and nan_rows.any():
+        raise PropertyFailure("masked_rows_nan_upstream", count=int(nan_rows.sum()),
+                              index=[int(i) for i in np.argwhere(nan_rows)[0]])
+    sums = weights.sum(axis=-1)
+    off = ~(np.abs(sums - 1) <= ROW_SUM_ATOL)
+    if off.any():
+        factor = dropout_factor(weights, expected, p)
+        if factor is not None:
+            index = tuple(int(i) for i in np.argwhere(off)[0])
+            raise PropertyFailure("rows_dropped_in_eval", index=list(index), got=float(sums[index]),
+                                  factor=round(factor, 4))
+    rows_sum_to_one(weights)
+
+
 def masked_weights_zero(weights, mask, code="masked_weight_not_zero"):
     blocked = np.broadcast_to(mask, weights.shape) == 0
     leaked = np.abs(weights[blocked])
@@ -124,6 +165,33 @@ def stable(output, weights):
     rows_sum_to_one(weights)
 
 
+def stable_when_large(plain, masked, small, small_masked, mask):
+    """large_inputs for modules that return their weights: `plain` and `masked` are (output,
+    weights) at magnitude ~1000, without and with `mask` (as it broadcasts against the weights);
+    `small` and `small_masked` the same calls with the inputs divided by 1000. What already goes
+    wrong at magnitude ~1 (weights that are not 0 where the mask is 0, NaN rows from a mask read
+    the other way, rows that do not sum to one) is not about magnitude: it is named as the
+    problem of the property that tests it (rows_sum_to_one, masked_zero), the unmasked call's
+    rows first: a softmax over the wrong axis also leaves NaN under a mask."""
+
+    def rows_sum_to_one_at_scale_1(weights):
+        sums = weights.sum(axis=-1)
+        off = ~(np.abs(sums - 1) <= ROW_SUM_ATOL)
+        if off.any():
+            index = tuple(int(i) for i in np.argwhere(off)[0])
+            raise PropertyFailure("rows_do_not_sum_to_one_upstream", index=list(index), got=float(sums[index]))
+
+    rows_sum_to_one_at_scale_1(small[1])
+    weights = small_masked[1]
+    wrong = (np.broadcast_to(mask, weights.shape) == 0) & (weights != 0) | ~np.isfinite(weights)  # NaN != 0
+    if wrong.any():
+        raise PropertyFailure("masked_weight_not_zero_upstream", count=int(wrong.sum()))
+    rows_sum_to_one_at_scale_1(weights)
+    stable(*plain)
+    stable(*masked)
+    masked_weights_zero(masked[1], mask, "masked_weight_not_zero_large")
+
+
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,
 # whatever order it draws its randomness in, lands inside the bounds below except with negligible
 # probability (the figures are next to each check).
@@ -175,7 +243,8 @@ def causal_dropout(params, heads, x, p, trained, path):
 
     1. resid_drop after proj: entries of proj's output are never exactly 0 otherwise (its bias is
        drawn from a continuous distribution), so the zeros of `trained` are R's: about a fraction p
-       of them (dropout_rate). resid_drop missing, or applied before proj, leaves none.
+       of them (resid_dropout_zeros, which also models a proj without bias). resid_drop missing,
+       or applied before proj, leaves none.
     2. attn_drop present: without it (or with dropout_p=0 in the fused path) the nonzero entries
        are eval's output divided by (1 - p). A correct module never matches that on a row (b, 0)
        with a nonzero entry: there each head has a single weight A = 1, either dropped (0) or
@@ -199,11 +268,9 @@ def causal_dropout(params, heads, x, p, trained, path):
     bias = params.get("proj.bias", np.zeros(C))
     scale = 1.0 / (1.0 - p)
 
-    zero = trained == 0  # 1. resid_drop, after proj
-    require(zero.any(), "resid_dropout_missing", p=p, path=path)
-    dropout_rate(int(zero.sum()), trained.size, p, "output")
+    resid_dropout_zeros(trained, p, heads, "proj.bias" in params, path)  # 1. resid_drop, after proj
 
-    kept = ~zero
+    kept = trained != 0
     tolerance = 1e-4 + 1e-4 * np.abs(trained)
     # 2. No attention dropout at all: the kept entries are eval's output divided by (1 - p).
     undropped = (bias + np.einsum("chd,bhtd->btc", proj, weights @ v)) * scale
@@ -235,6 +302,32 @@ def causal_dropout(params, heads, x, p, trained, path):
 ROWS_CHECKED = 32
 
 
+def resid_dropout_zeros(trained, p, heads, biased, path):
+    """resid_drop's zeros in CausalSelfAttention's train-mode output `trained` (B,T,C). With proj's
+    bias, an entry of proj's output is exactly 0 only where resid_drop zeroed it (the bias is drawn
+    from a continuous distribution): a fraction p of them. Without it (biased False:
+    parameter_count's mistake, not this property's), attention dropout zeroes proj's whole output
+    row t whenever it drops every weight of that row in every head, which happens with
+    probability q_t = p^(heads·(t+1)); so a row holds C zeros with probability q_t, else
+    Binomial(C, p) of them. The count of zeros must be within RATE_SIGMAS standard deviations
+    (+1) of its mean under that model (with q_t = 0, dropout_rate's bound exactly). Rows that are
+    not finite (NaN from a row that sees no position: causality's mistake) are left out; when no
+    row is finite, nothing can be judged and the failure points at causality."""
+    finite = np.isfinite(trained).all(axis=-1)  # (B, T)
+    require(finite.any(), "output_nan_upstream", count=int((~np.isfinite(trained)).sum()))
+    zero = (trained == 0) & finite[..., None]
+    require(zero.any(), "resid_dropout_missing", p=p, path=path)
+    B, T, C = trained.shape
+    q = np.zeros(T) if biased else p ** (heads * (np.arange(T) + 1.0))
+    mean_row = C * (q + (1 - q) * p)
+    square_row = q * C ** 2 + (1 - q) * (C * p * (1 - p) + (C * p) ** 2)
+    rows = finite.sum(axis=0)  # finite rows at each position t
+    mean, variance = float(rows @ mean_row), float(rows @ (square_row - mean_row ** 2))
+    dropped, total = int(zero.sum()), int(rows.sum()) * C
+    require(abs(dropped - mean) <= RATE_SIGMAS * math.sqrt(variance) + 1, "dropout_wrong_rate", what="output",
+            p=p, fraction=round(dropped / total, 3), dropped=dropped, total=total)
+
+
 def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it.
 
@@ -242,8 +335,12 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     .item(), boolean indexing) cannot run there, whatever device it puts its tensors on. Such an
     error is not a device bug: then each of `fallbacks` (the same call with less data-dependent
     input, say without the mask) is tried on meta instead, a device error there still failing,
-    and finally the call itself must run on the CPU. Other errors on meta (a tensor made on the
-    CPU, .cpu(), .numpy()) fail as before.
+    and finally the call itself must run on the CPU. So is an error on meta whose message names
+    no device (about_devices): meta's kernels check some arguments that the CPU's let through
+    (F.scaled_dot_product_attention refuses attn_mask with is_causal=True there, in eval too),
+    which is a mistake of those arguments, not of devices; should the call fail on the CPU as
+    well, that error is the submission's. Other errors on meta (a tensor made on the CPU,
+    .cpu(), .numpy(): torch names the devices) fail as before.
     """
     from ..worker.client import SubmissionError
 
@@ -260,7 +357,7 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
         except SubmissionError as exc:
             if exc.kind != "exception":
                 raise
-            if not (device == "meta" and meta_limitation(exc.message)):
+            if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
                 where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}
                 raise PropertyFailure("wrong_device", device=device, error=exc.message, **where) from None
             return None
@@ -287,6 +384,17 @@ META_LIMITATIONS = (
 
 def meta_limitation(message):
     return any(text in (message or "") for text in META_LIMITATIONS)
+
+
+# Words in every error torch raises about where tensors are: "Tensor on device cpu is not on the
+# expected device meta!", "Expected all tensors to be on the same device", "Cannot copy out of
+# meta tensor", "can't convert meta device type tensor to numpy".
+DEVICE_WORDS = ("device", "meta", "cpu", "cuda", "mps")
+
+
+def about_devices(message):
+    text = (message or "").lower()
+    return any(word in text for word in DEVICE_WORDS)
 
 
 def cuda_available(worker, owner):
@@ -386,13 +494,22 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names):
             try:
                 matches_reference(actual, want, bound, "reference_mismatch_at", magnitude, **params)
             except PropertyFailure as failure:
-                if i == 0:
-                    raise
-                args, options = calls[i]
-                again = shaped(i, fresh().run(*args, **options))
-                if all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected(i))):
-                    raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, **params}) from None
+                if i > 0:
+                    args, options = calls[i]
+                    again = shaped(i, fresh().run(*args, **options))
+                    if all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected(i))):
+                        raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, **params}) from None
+                failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise
+
+
+def diagnosed(module, prop, calls, replies, expected):
+    """After a failed comparison only: the catalog misconception whose alternative the module's
+    outputs match on every call (diagnosis.py), or None. expected(i): as reference_across_calls'."""
+    from . import diagnosis
+
+    return diagnosis.diagnose(module, prop, calls, [reply.outputs for reply in replies],
+                              [expected(i) for i in range(len(calls))])
 
 
 def eval_repeatable(module, calls, shaped):
@@ -421,9 +538,29 @@ def masks_accepted(module, calls, shaped, masks, head_mask=lambda m: m):
         weights = shaped(i, reply)[1]
         blocked = np.broadcast_to(head_mask(mask), weights.shape) == 0
         leaked = np.abs(weights[blocked])
-        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask",
-                shape=list(mask.shape), dtype=mask.dtype.name,
+        described = {"shape": list(mask.shape), "dtype": mask.dtype.name}
+        if blocked.any() and not leaked.max() == 0.0:
+            column = nan_in_closed_columns(weights, blocked)
+            if column is not None:
+                raise PropertyFailure("masked_column_nan_upstream", column=column, **described)
+        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described,
                 max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
+        # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
+        nan_rows = ~np.isfinite(weights).all(axis=-1)
+        require(not nan_rows.any(), "masked_row_not_finite", **described, count=int(nan_rows.sum()))
+
+
+def nan_in_closed_columns(weights, blocked):
+    """The first column whose weights are NaN, when the weights' only flaw at the blocked positions
+    is NaN and only in columns the mask closes for every query: what a softmax over the queries
+    (dim=-2) gives, 0/0 down a column of -inf. A softmax over the keys never does (each row keeps
+    an open position), so that mistake is rows_sum_to_one's. None when the weights are not that."""
+    bad = ~np.isfinite(weights)
+    closed = np.broadcast_to(blocked.all(axis=-2, keepdims=True), weights.shape)
+    finite_leak = np.where(blocked & ~bad, weights, 0.0)
+    if not bad.any() or np.any(bad & ~closed) or np.any(finite_leak != 0):
+        return None
+    return int(np.argwhere(bad)[0][-1])
 
 
 def gradients_in_calls(module, calls, checked):
@@ -457,6 +594,15 @@ def gradients_in_calls(module, calls, checked):
 def outputs_finite(reply):
     """Whether a call's outputs are all finite numbers (no NaN from the forward pass itself)."""
     return all(isinstance(o, np.ndarray) and o.dtype.kind == "f" and np.isfinite(o).all() for o in reply.outputs)
+
+
+def forward_finite(reply, code):
+    """A property downstream of the forward pass (gradients) cannot be judged when that pass already
+    returns NaN on ordinary inputs (a row that sees no position): every gradient is NaN then.
+    `code` names the property to fix first. Outputs that are not float arrays are not this check's."""
+    count = sum(int((~np.isfinite(o)).sum()) for o in reply.outputs
+                if isinstance(o, np.ndarray) and o.dtype.kind == "f")
+    require(count == 0, code, count=count)
 
 
 def agrees_with_reference(reply, index, expected, bound):

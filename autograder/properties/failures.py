@@ -9,6 +9,7 @@ import numpy as np
 
 _current_example = {}
 _current_call = {}
+_exchanges = []  # (module, calls, replies) of every harness.Remote.runs of the example under test
 
 
 def example(**dims):
@@ -20,6 +21,13 @@ def example(**dims):
     _current_example.clear()
     _current_example.update({k: _plain(v) for k, v in dims.items()})
     _current_call.clear()
+    _exchanges.clear()
+
+
+def exchanged(module, calls, replies):
+    """Remember what a module was asked and answered in this example: a failure raised later in the
+    example is diagnosed from it (diagnosis.on_failure). References only: nothing is computed."""
+    _exchanges.append((module, calls, replies))
 
 
 def calling(description):
@@ -53,6 +61,14 @@ class PropertyFailure(AssertionError):
         self.code = code
         self.params = {k: _plain(v) for k, v in params.items()}
         self.example = current_example()
+        # the catalog misconception that explains a failure on values, if exactly one does (diagnosis.py)
+        self.diagnosis: str | None = _diagnosed(code)
+
+
+def _diagnosed(code):
+    from . import diagnosis  # numpy only; the catalog loads at the first failure it diagnoses
+
+    return diagnosis.on_failure(code, list(_exchanges))
 
 
 def require(condition, code, **params):

@@ -11,7 +11,7 @@ import numpy as np
 from ..exercise import EXERCISE
 from ..worker import parameters
 from ..worker.client import SubmissionError, SubmissionHalted
-from .failures import PropertyFailure, as_array, calling
+from .failures import PropertyFailure, as_array, calling, exchanged
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
@@ -63,6 +63,7 @@ class Remote:
 
     def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, **kwargs):
         self.worker, self.cls = worker, cls
+        self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
         self.handle = str(next(_handles))
         self.layers = CONTRACT_LAYERS[cls]
         self.required = self.layers if required is None else required
@@ -166,7 +167,9 @@ class Remote:
         with the worker (one round trip instead of one each); their Replies, in order. A failure
         is raised as run would raise it, the first failing call's first."""
         requests = [("call", _call(self.handle, *args, **options)) for args, options in calls]
-        return [Reply(raw, describe_call(self.cls, *request)) for raw, request in zip(self._send(*requests), requests)]
+        replies = [Reply(raw, describe_call(self.cls, *request)) for raw, request in zip(self._send(*requests), requests)]
+        exchanged(self, calls, replies)
+        return replies
 
     @property
     def parameter_count(self):

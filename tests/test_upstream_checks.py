@@ -1,0 +1,295 @@
+"""Checks that name another property's mistake instead of measuring their own through it (issue 10,
+"no collateral failures"), on plain arrays and CPU torch, without a worker: each recognises the
+mistake it points at, still fails the mistake it is about, and passes correct modules (float32 and
+float64, with and without a bias where that matters)."""
+import numpy as np
+import pytest
+import torch
+
+from autograder.properties import checks, reference
+from autograder.properties.failures import PropertyFailure
+from autograder.worker.client import SubmissionError
+
+
+def code_of(check, *args, **kwargs):
+    try:
+        check(*args, **kwargs)
+    except PropertyFailure as failure:
+        return failure.code
+    return None
+
+
+def mask_of(rng, *shape):
+    """harness.random_mask's masks: 0/1 with column 0 always open."""
+    mask = rng.random(shape) < 0.6
+    mask[..., 0] = True
+    return mask.astype(np.float32)
+
+
+def weights_of(scores, mask=None, axis=-1, fill=-np.inf, flipped=False, dtype=np.float32):
+    """Attention weights as a module computes them: masked_fill(mask == 0, fill) (mask == 1 when
+    flipped), then a softmax over `axis`, in `dtype` (torch, as a submission would)."""
+    s = torch.tensor(scores, dtype=torch.float64).to(getattr(torch, np.dtype(dtype).name))
+    if mask is not None:
+        m = torch.tensor(np.broadcast_to(mask, scores.shape))
+        s = s.masked_fill(m == (1 if flipped else 0), fill)
+    return torch.softmax(s, dim=axis).double().numpy()
+
+
+@pytest.fixture
+def scores():
+    return np.random.default_rng(3).standard_normal((2, 3, 5, 6))  # (B, h, Tq, Tk)
+
+
+@pytest.fixture
+def mask():
+    return mask_of(np.random.default_rng(4), 2, 1, 5, 6)
+
+
+# ---- rows_sum_to_one in eval ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_correct_softmax_sums_to_one_with_and_without_a_mask(scores, mask, dtype):
+    expected = reference.softmax(scores)
+    assert code_of(checks.rows_sum_to_one_in_eval, weights_of(scores, dtype=dtype), expected, 0.3) is None
+    expected = weights_of(scores, mask, dtype=np.float64)
+    assert code_of(checks.rows_sum_to_one_in_eval, weights_of(scores, mask, dtype=dtype), expected, 0.3, True) is None
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_in_eval_is_named_as_eval_deterministic_s_mistake(scores, p):
+    expected = reference.softmax(scores)
+    kept = np.random.default_rng(5).random(scores.shape) >= p
+    dropped = (weights_of(scores) * kept / (1 - p)).astype(np.float32).astype(np.float64)
+    assert code_of(checks.rows_sum_to_one_in_eval, dropped, expected, 0.3) == "rows_dropped_in_eval"
+    # the smallest example: one weight, dropped
+    one = np.ones((1, 1, 1, 1))
+    assert code_of(checks.rows_sum_to_one_in_eval, 0 * one, one, 0.3) == "rows_dropped_in_eval"
+
+
+def test_other_wrong_rows_keep_their_own_failure(scores):
+    expected = reference.softmax(scores)
+    over_queries = weights_of(scores, axis=-2)
+    assert code_of(checks.rows_sum_to_one_in_eval, over_queries, expected, 0.3) == "rows_do_not_sum_to_one"
+    # A constant factor alone is dropout's only when it is 1/(1-p) (nothing happened to be dropped).
+    assert code_of(checks.rows_sum_to_one_in_eval, 2 * weights_of(scores), expected, 0.3) == "rows_do_not_sum_to_one"
+    assert code_of(checks.rows_sum_to_one_in_eval, weights_of(scores) / 0.7, expected, 0.3) == "rows_dropped_in_eval"
+    assert code_of(checks.rows_sum_to_one_in_eval, weights_of(scores) / 0.7, expected, 0.0) == "rows_do_not_sum_to_one"
+    unnormalised = np.exp(scores)  # not c·softmax for one c
+    assert code_of(checks.rows_sum_to_one_in_eval, unnormalised, expected, 0.3) == "rows_do_not_sum_to_one"
+    nan = weights_of(scores).copy()
+    nan[0, 0, 0] = np.nan
+    assert code_of(checks.rows_sum_to_one_in_eval, nan, expected, 0.3) == "rows_do_not_sum_to_one"
+
+
+def test_nan_rows_under_a_mask_point_at_masked_zero(scores, mask):
+    mask = mask.copy()
+    mask[..., 1, :] = 1  # a row the mask leaves all open: read the other way, all closed
+    flipped = weights_of(scores, mask, flipped=True)
+    assert np.isnan(flipped[..., 1, :]).all() and np.isfinite(flipped[..., 0, :]).all()
+    expected = weights_of(scores, mask, dtype=np.float64)
+    assert code_of(checks.rows_sum_to_one_in_eval, flipped, expected, 0.3, True) == "masked_rows_nan_upstream"
+
+
+# ---- masked_zero: a softmax over the queries -----------------------------------------------------
+
+class Replies:
+    """A module for masks_accepted: each call's weights, computed by `weights(mask)`."""
+
+    _pending_build = None
+
+    def __init__(self, weights):
+        self.weights = weights
+
+    def runs(self, *calls):
+        return [(None, self.weights(options["mask"])) for _, options in calls]
+
+
+def masked_zero_code(scores, masks, **how):
+    module = Replies(lambda m: weights_of(scores, m, **how))
+    return code_of(checks.masks_accepted, module, [((), {"mask": m}) for m in masks], lambda i, reply: reply, masks)
+
+
+def test_a_softmax_over_the_queries_points_at_rows_sum_to_one(scores):
+    closing = np.ones((2, 1, 5, 6), np.float32)
+    closing[..., 2] = 0  # column 2 closed for every query
+    assert masked_zero_code(scores, [closing], axis=-2) == "masked_column_nan_upstream"
+    assert masked_zero_code(scores, [closing]) is None
+    assert masked_zero_code(scores, [closing], dtype=np.float64) is None
+
+
+def test_masks_read_wrongly_still_fail_masked_zero(scores, mask):
+    assert masked_zero_code(scores, [mask], flipped=True) in ("masked_weight_not_zero_mask", "masked_row_not_finite")
+    all_open = np.ones((2, 1, 5, 6), np.float32)
+    assert masked_zero_code(scores, [all_open], flipped=True) == "masked_row_not_finite"
+    assert masked_zero_code(scores, [mask], fill=-1e4) is None  # at magnitude ~1, -1e4 is still exactly 0
+    # a softmax over the queries AND a leak: the leak is masked_zero's own
+    leaking = Replies(lambda m: np.where(np.broadcast_to(m, scores.shape) == 0, 0.5, weights_of(scores, m, axis=-2)))
+    assert code_of(checks.masks_accepted, leaking, [((), {"mask": mask})], lambda i, r: r, [mask]) == \
+        "masked_weight_not_zero_mask"
+
+
+# ---- large_inputs: what already fails at magnitude ~1 --------------------------------------------
+
+def large_code(scores, mask, **how):
+    """stable_when_large for a module with `how`'s mistake: the same scores at magnitude ~1 and ~1e6."""
+    calls = [(s, m) for s in (scores * 1e6, scores) for m in (None, mask)]
+    results = [(weights_of(s, m, **how) @ np.ones((6, 2)), weights_of(s, m, **how)) for s, m in calls]
+    return code_of(checks.stable_when_large, *results, mask)
+
+
+@pytest.mark.parametrize("how, code", [
+    ({}, None),
+    ({"dtype": np.float64}, None),
+    ({"fill": -1e9}, None),
+    ({"fill": -1e4}, "masked_weight_not_zero_large"),
+    ({"flipped": True}, "masked_weight_not_zero_upstream"),
+    ({"axis": -2}, "rows_do_not_sum_to_one_upstream"),
+])
+def test_large_inputs_judges_magnitude_alone(scores, mask, how, code):
+    assert large_code(scores, mask, **how) == code
+
+
+# ---- CausalSelfAttention's resid_drop, with and without proj's bias ----------------------------------
+
+def causal_module(heads, width, p, biased=True, resid=True):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "solutions" / "attention.py"
+    spec = importlib.util.spec_from_file_location("solution", path)
+    solution = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solution)
+    module = solution.CausalSelfAttention(solution.Cfg(n_embd=width, n_head=heads, block_size=8, dropout=p))
+    if not biased:
+        module.qkv.bias = None
+        module.proj.bias = None
+    if not resid:
+        module.resid_drop = torch.nn.Identity()
+    return module.train()
+
+
+def trained_output(module, B, T, C, seed):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return module(torch.randn(B, T, C)).double().numpy()
+
+
+@pytest.mark.parametrize("heads, width, T, p", [(1, 1, 2, 0.5), (1, 1, 2, 0.75), (2, 2, 3, 0.25), (1, 3, 4, 0.5)])
+@pytest.mark.parametrize("biased", [True, False])
+def test_a_correct_dropout_passes_with_or_without_proj_bias(heads, width, T, p, biased):
+    B = max(-(-checks.DROPOUT_DRAWS // (T * width)), -(-128 // heads))  # as test_train_dropout sizes it
+    module = causal_module(heads, width, p, biased)
+    codes = [code_of(checks.resid_dropout_zeros, trained_output(module, B, T, width, seed), p, heads, biased, "x")
+             for seed in range(20)]
+    assert codes == [None] * 20
+
+
+def test_the_old_count_took_a_biasless_proj_s_zeros_for_resid_drop():
+    """Why the model of zeros has q_t: without a bias, counting every zero as resid_drop's (q_t = 0)
+    rejects a correct dropout (causal_no_bias lost train_dropout so)."""
+    heads, width, T, p = 1, 1, 2, 0.5
+    module = causal_module(heads, width, p, biased=False)
+    trained = trained_output(module, 1024, T, width, 0)
+    assert code_of(checks.resid_dropout_zeros, trained, p, heads, True, "fused=False") == "dropout_wrong_rate"
+    assert code_of(checks.resid_dropout_zeros, trained, p, heads, False, "fused=False") is None
+
+
+@pytest.mark.parametrize("biased", [True, False])
+def test_resid_drop_missing_or_at_another_rate_still_fails(biased):
+    heads, width, T, p = 2, 4, 3, 0.5
+    B = 256
+    missing = causal_module(heads, width, p, biased, resid=False)
+    assert code_of(checks.resid_dropout_zeros, trained_output(missing, B, T, width, 0), p, heads, biased, "x") == \
+        ("resid_dropout_missing" if biased else "dropout_wrong_rate")
+    other_rate = causal_module(heads, width, 0.25, biased)  # nn.Dropout(0.25) where p = 0.5 was asked
+    assert code_of(checks.resid_dropout_zeros, trained_output(other_rate, B, T, width, 0), p, heads, biased, "x") == \
+        "dropout_wrong_rate"
+
+
+def test_nan_rows_are_left_out_of_the_count_and_all_nan_points_at_causality():
+    heads, width, T, p = 1, 2, 3, 0.5
+    trained = trained_output(causal_module(heads, width, p), 512, T, width, 0)
+    with_nan = trained.copy()
+    with_nan[:, -1] = np.nan  # a last row that sees nothing (a flipped causal mask)
+    assert code_of(checks.resid_dropout_zeros, with_nan, p, heads, True, "x") is None
+    all_nan = np.full_like(trained, np.nan)
+    assert code_of(checks.resid_dropout_zeros, all_nan, p, heads, True, "x") == "output_nan_upstream"
+
+
+def test_the_model_s_mean_is_the_observed_mean_without_bias():
+    """Not just inside 7 sigmas: the mean of many draws matches C·(q_t + (1-q_t)·p) to 1%."""
+    heads, width, T, p = 1, 2, 3, 0.5
+    trained = trained_output(causal_module(heads, width, p, biased=False), 20000, T, width, 0)
+    q = p ** (heads * (np.arange(T) + 1.0))
+    observed = (trained == 0).mean(axis=(0, 2))
+    assert np.allclose(observed, q + (1 - q) * p, atol=0.01), (observed, q + (1 - q) * p)
+
+
+# ---- gradients downstream of NaN ------------------------------------------------------------------
+
+class Reply:
+    def __init__(self, *outputs):
+        self.outputs = list(outputs)
+
+
+def test_a_forward_pass_with_nan_cannot_be_judged_downstream():
+    assert code_of(checks.forward_finite, Reply(np.ones((2, 3))), "output_nan_upstream") is None
+    nan = Reply(np.array([[1.0, np.nan]]))
+    assert code_of(checks.forward_finite, nan, "output_nan_upstream") == "output_nan_upstream"
+    assert code_of(checks.forward_finite, Reply({"meta_shape": [2, 3]}), "output_nan_upstream") is None
+
+
+# ---- device: an error on meta that is not about devices ------------------------------------------
+
+def meta_errors():
+    """What torch itself says on meta for each kind of code (live, so a torch upgrade shows here)."""
+    meta = torch.device("meta")
+    x = torch.randn(2, 3, 4, device=meta)
+    cases = {
+        "cpu tensor in forward": (lambda: x + torch.randn(4), True),
+        "cpu mask": (lambda: x[:, :, :3].masked_fill(torch.ones(3, 3, dtype=torch.bool), 0.0), True),
+        ".cpu()": (lambda: x.cpu() + 1, True),
+        ".numpy()": (lambda: x.numpy(), True),
+        "sdpa attn_mask with is_causal": (lambda: torch.nn.functional.scaled_dot_product_attention(
+            x[:, None], x[:, None], x[:, None], attn_mask=torch.ones(3, 3, dtype=torch.bool, device=meta),
+            is_causal=True), False),
+    }
+    found = []
+    for name, (call, device_bug) in cases.items():
+        with pytest.raises(Exception) as raised:
+            call()
+        found.append((name, str(raised.value), device_bug))
+    return found
+
+
+def test_torch_names_a_device_in_every_device_error_and_in_no_other():
+    for name, message, device_bug in meta_errors():
+        assert checks.about_devices(message) == device_bug, (name, message)
+
+
+def reply_of(shape):
+    class R:
+        outputs = [{"meta_shape": list(shape)}]
+    return R()
+
+
+def test_an_error_on_meta_about_no_device_is_judged_on_the_cpu():
+    refused = SubmissionError("exception", "_scaled_dot_product_attention: Explicit attn_mask should not be set "
+                              "when is_causal=True", line=89, exc_type="RuntimeError")
+    misplaced = SubmissionError("exception", "Tensor on device cpu is not on the expected device meta!", line=3,
+                                exc_type="RuntimeError")
+
+    def attempt(error, on_cpu=None):
+        def call(device):
+            if device == "meta":
+                raise error
+            if on_cpu:
+                raise on_cpu
+            return reply_of((2, 3))
+        return call
+
+    assert code_of(checks.runs_on_device, attempt(refused), "meta", [(2, 3)]) is None
+    assert code_of(checks.runs_on_device, attempt(misplaced), "meta", [(2, 3)]) == "wrong_device"
+    with pytest.raises(SubmissionError):  # failing on the CPU too: the submission's own error, not a device's
+        checks.runs_on_device(attempt(refused, on_cpu=refused), "meta", [(2, 3)])
