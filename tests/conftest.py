@@ -88,8 +88,8 @@ def _guarded(item):
     return patch
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
+def _guarded_phase(item):
+    """A unit test's setup or call, run with workers, subprocesses and forks refused."""
     patch = _guarded(item)
     try:
         return (yield)
@@ -98,11 +98,5 @@ def pytest_runtest_setup(item):
             patch.undo()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    patch = _guarded(item)
-    try:
-        return (yield)
-    finally:
-        if patch is not None:
-            patch.undo()
+pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_guarded_phase)
+pytest_runtest_call = pytest_runtest_setup  # the same wrapper around both phases
