@@ -35,7 +35,7 @@ class GradedClass:
 class Exercise:
     name: str
     suite: Path  # the folder of the hidden suite (and of exercise.yml)
-    submission: str  # file name students hand in; the worker imports it as module `module`
+    submission: str  # file name students hand in; the worker imports it under its stem
     handout: Path
     solution: Path
     classes: tuple  # GradedClass, in grading order
@@ -44,15 +44,8 @@ class Exercise:
     warm_up: Path | None = None
 
     @property
-    def module(self):
-        return Path(self.submission).stem
-
-    @property
     def class_names(self):
         return tuple(c.name for c in self.classes)
-
-    def graded_class(self, name):
-        return next(c for c in self.classes if c.name == name)
 
     @property
     def stub(self):

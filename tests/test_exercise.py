@@ -20,9 +20,9 @@ CLASS_NAMES = re.compile(r"\b(?:%s)\b" % "|".join(exercise.EXERCISE.class_names)
 def test_the_shipped_descriptor():
     found = exercise.EXERCISE
     assert found.class_names == config.CLASSES == ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
-    assert found.submission == "attention.py" and found.module == "attention"
+    assert found.submission == "attention.py"
     assert found.stub.is_file() and found.solution.is_file() and found.warm_up.is_file()
-    causal = found.graded_class("CausalSelfAttention")
+    causal = found.classes[-1]
     assert causal.layers == ("qkv", "proj") and causal.config_class == "Cfg"
 
 
