@@ -309,6 +309,9 @@ class Worker:
         budget = min(self.limits.import_s - elapsed, self.limits.submission_s - (time.monotonic() - self.started))
         try:
             ready = self._receive(time.monotonic() + budget)
+            # What the import left counts against the import, whenever the last periodic check ran.
+            self.last_check = self.last_disk_check = 0.0
+            self._check_resources()
         except SubmissionError as exc:
             exc.kind, exc.op = "import_" + exc.kind, "import"
             if exc.kind == "import_timeout":
