@@ -135,7 +135,7 @@ def large_code(scores, mask, **how):
     """stable_when_large for a module with `how`'s mistake: the same scores at magnitude ~1 and ~1e6."""
     calls = [(s, m) for s in (scores * 1e6, scores) for m in (None, mask)]
     results = [(weights_of(s, m, **how) @ np.ones((6, 2)), weights_of(s, m, **how)) for s, m in calls]
-    return code_of(checks.stable_when_large, *results, mask)
+    return code_of(checks.stable_when_large, *results[:2], mask, lambda: results[2:])
 
 
 @pytest.mark.parametrize("how, code", [
@@ -148,6 +148,16 @@ def large_code(scores, mask, **how):
 ])
 def test_large_inputs_judges_magnitude_alone(scores, mask, how, code):
     assert large_code(scores, mask, **how) == code
+
+
+def test_large_inputs_asks_for_magnitude_1_only_after_a_failure(scores, mask):
+    """A module stable at magnitude ~1e6 costs no second exchange."""
+    large = [(weights_of(s, m) @ np.ones((6, 2)), weights_of(s, m)) for s, m in ((scores * 1e6, None), (scores * 1e6, mask))]
+
+    def not_needed():
+        raise AssertionError("the calls at magnitude ~1 were asked for")
+
+    assert code_of(checks.stable_when_large, *large, mask, not_needed) is None
 
 
 # ---- CausalSelfAttention's resid_drop, with and without proj's bias ----------------------------------

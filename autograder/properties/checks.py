@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import reference
-from .failures import PropertyFailure, expect_close, require
+from .failures import PropertyFailure, diagnose_again, expect_close, require
 
 ROW_SUM_ATOL = 1e-5
 
@@ -165,14 +165,26 @@ def stable(output, weights):
     rows_sum_to_one(weights)
 
 
-def stable_when_large(plain, masked, small, small_masked, mask):
+def stable_when_large(plain, masked, mask, at_scale_1):
     """large_inputs for modules that return their weights: `plain` and `masked` are (output,
-    weights) at magnitude ~1000, without and with `mask` (as it broadcasts against the weights);
-    `small` and `small_masked` the same calls with the inputs divided by 1000. What already goes
-    wrong at magnitude ~1 (weights that are not 0 where the mask is 0, NaN rows from a mask read
-    the other way, rows that do not sum to one) is not about magnitude: it is named as the
-    problem of the property that tests it (rows_sum_to_one, masked_zero), the unmasked call's
-    rows first: a softmax over the wrong axis also leaves NaN under a mask."""
+    weights) at magnitude ~1000, without and with `mask` (as it broadcasts against the weights).
+    Only when they fail is at_scale_1() asked for: the same calls with the inputs divided by
+    1000. What already goes wrong at magnitude ~1 (weights that are not 0 where the mask is 0,
+    NaN rows from a mask read the other way, rows that do not sum to one) is not about magnitude:
+    it is named as the problem of the property that tests it (rows_sum_to_one, masked_zero), the
+    unmasked call's rows first: a softmax over the wrong axis also leaves NaN under a mask."""
+    try:
+        stable(*plain)
+        stable(*masked)
+        masked_weights_zero(masked[1], mask, "masked_weight_not_zero_large")
+    except PropertyFailure as failure:
+        already_wrong_at_scale_1(*at_scale_1(), mask)
+        diagnose_again(failure)  # the calls at magnitude ~1 are evidence too
+        raise
+
+
+def already_wrong_at_scale_1(small, small_masked, mask):
+    """Raise stable_when_large's *_upstream failures when the calls at magnitude ~1 already fail."""
 
     def rows_sum_to_one_at_scale_1(weights):
         sums = weights.sum(axis=-1)
@@ -187,9 +199,6 @@ def stable_when_large(plain, masked, small, small_masked, mask):
     if wrong.any():
         raise PropertyFailure("masked_weight_not_zero_upstream", count=int(wrong.sum()))
     rows_sum_to_one_at_scale_1(weights)
-    stable(*plain)
-    stable(*masked)
-    masked_weights_zero(masked[1], mask, "masked_weight_not_zero_large")
 
 
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,

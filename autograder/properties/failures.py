@@ -71,6 +71,12 @@ def _diagnosed(code):
     return diagnosis.on_failure(code, list(_exchanges))
 
 
+def diagnose_again(failure):
+    """Diagnose a failure once more, from every call of its example so far: for a property that
+    makes further calls after a failure (to tell whose mistake it is) and then raises it."""
+    failure.diagnosis = _diagnosed(failure.code)
+
+
 def require(condition, code, **params):
     if not condition:
         raise PropertyFailure(code, **params)

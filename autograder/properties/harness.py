@@ -268,6 +268,14 @@ def random_mask(rng, *shape, dtype="float32"):
     return mask.astype(dtype)
 
 
+def masks_in_turn(rng, shapes, turn):
+    """One random_mask per shape, the dtypes of MASK_DTYPES taking turns along the shapes from
+    position `turn`: each example meets every shape and every dtype in one call per shape, and
+    the three turns (drawn per example: strategies.mask_turns) pair every shape with every dtype."""
+    return [random_mask(rng, *shape, dtype=MASK_DTYPES[(turn + i) % len(MASK_DTYPES)])
+            for i, shape in enumerate(shapes)]
+
+
 def one_row(shape, row, rng):
     """An upstream gradient (float32) that is zero except on query row `row` (axis -2)."""
     upstream = np.zeros(shape, np.float32)

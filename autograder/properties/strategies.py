@@ -7,11 +7,16 @@ in a few seconds on half a CPU.
 import numpy as np
 from hypothesis import strategies as st
 
+from .harness import MASK_DTYPES
+
 seeds = st.integers(min_value=0, max_value=2**16)
 
 # Dropout rates the train-mode checks ask for: far enough from each other and from the values a
 # student might hard-code (0.1, nn.Dropout()'s 0.5) that a module ignoring its p shows it.
 dropout_rates = st.sampled_from((0.5, 0.25, 0.75))
+
+# Where the mask dtypes start their turns along the mask shapes (harness.masks_in_turn).
+mask_turns = st.integers(0, len(MASK_DTYPES) - 1)
 
 
 @st.composite

@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require
-from .harness import INPUT_SCALES, MASK_DTYPES, Remote, gaussian, graded, one_row, random_mask
-from .strategies import parameter_seed, rng_for, self_attention_dims
+from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, random_mask
+from .strategies import mask_turns, parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
 
@@ -48,18 +48,18 @@ def mask_shapes(dims):
 
 
 @graded(CLS, "shapes")
-@given(dims=self_attention_dims(), longer=st.integers(1, 3))
-def test_shapes(worker, dims, longer):
+@given(dims=self_attention_dims(), longer=st.integers(1, 3), masked=st.booleans())
+def test_shapes(worker, dims, longer, masked):
     """One module, any length in any order, any memory layout: T, then a longer T2 on the same
-    module, then that input (alone and with a mask) laid out non-contiguously."""
+    module (with a mask or not, drawn), then that input laid out non-contiguously."""
     module = build(worker, dims)
     longer_dims = {**dims, "T": dims["T"] + longer}
     example(**dims, T2=longer_dims["T"])
     rng = rng_for(dims)
     x, x2 = inputs(rng, dims), inputs(rng, longer_dims)
     mask = random_mask(rng, dims["B"], longer_dims["T"], longer_dims["T"])
-    calls = [((x,), {}), ((x2,), {}), ((x2,), {"noncontiguous": True}),
-             ((x2,), {"mask": mask}), ((x2,), {"mask": mask, "noncontiguous": True})]
+    options = {"mask": mask} if masked else {}
+    calls = [((x,), {}), ((x2,), options), ((x2,), {**options, "noncontiguous": True})]
     checks.shapes_across_calls(module, calls, lambda i, reply: outputs(reply, dims if i == 0 else longer_dims),
                                lambda: build(worker, dims), (dims["T"], longer_dims["T"]))
 
@@ -87,11 +87,12 @@ def test_rows_sum_to_one(worker, dims):
 
 
 @graded(CLS, "masked_zero")
-@given(dims=self_attention_dims(min_time=2))
-def test_masked_zero(worker, dims):
-    """Every mask the statement allows: each shape of mask_shapes as bool, long and float32."""
+@given(dims=self_attention_dims(min_time=2), turn=mask_turns)
+def test_masked_zero(worker, dims, turn):
+    """Every mask the statement allows: each shape of mask_shapes, as bool, long or float32 in turn
+    (every pairing of shape and dtype over the examples: harness.masks_in_turn)."""
     module, rng = loaded(worker, dims)
-    masks = [random_mask(rng, *shape, dtype=dtype) for shape in mask_shapes(dims) for dtype in MASK_DTYPES]
+    masks = masks_in_turn(rng, mask_shapes(dims), turn)
     x = inputs(rng, dims)
     checks.masks_accepted(module, [((x,), {"mask": mask}) for mask in masks],
                           lambda i, reply: outputs(reply, dims), masks)
@@ -175,15 +176,16 @@ def test_large_inputs(worker, dims):
     module, rng = loaded(worker, dims)
     x = inputs(rng, dims, scale=1e3)
     # Scores of magnitude ~1e6: a finite fill such as -1e4 no longer keeps masked weights at 0,
-    # while -inf (or -1e9, finfo.min) still does. The same calls at magnitude ~1 too: what fails
-    # there already (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
+    # while -inf (or -1e9, finfo.min) still does. Where that fails, the same calls at magnitude ~1: what
+    # fails there already (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
     # rows_sum_to_one's mistake, not a matter of magnitude.
     B, T = dims["B"], dims["T"]
     mask = random_mask(rng, B, T, T)
     x_masked = inputs(rng, dims, scale=1e3)
     calls = [((x,), {}), ((x_masked,), {"mask": mask})]
-    calls += [((shrunk(big),), options) for (big,), options in calls]
-    checks.stable_when_large(*(outputs(reply, dims) for reply in module.runs(*calls)), mask)
+    small = [((shrunk(big),), options) for (big,), options in calls]
+    checks.stable_when_large(*(outputs(reply, dims) for reply in module.runs(*calls)), mask,
+                             lambda: [outputs(reply, dims) for reply in module.runs(*small)])
 
 
 def shrunk(x):

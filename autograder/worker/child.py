@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 import threading
+import types
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,9 +27,44 @@ import wire  # noqa: E402
 def config_object(config, kwargs):
     """The grader's own config object for a class built from one (exercise.yml's `config`): a
     dataclass of that name and fields, so the submission's own config class is not needed."""
-    fields = {**config["fields"], **kwargs}
-    made = dataclasses.make_dataclass(str(config["class"]), [(k, type(v), v) for k, v in config["fields"].items()])
-    return made(**fields)
+    declared = [(str(k), type(v), v) for k, v in config["fields"].items()]
+    key = (str(config["class"]), repr(declared))
+    if key not in _config_classes:  # making a dataclass costs ~1 ms: once per worker, not per build
+        _config_classes[key] = dataclasses.make_dataclass(key[0], declared)
+    return _config_classes[key](**{**config["fields"], **kwargs})
+
+
+_config_classes = {}
+
+
+class _DeferredDynamo(types.ModuleType):
+    """Stands in for torch._dynamo until something needs more of it than `disable`."""
+
+    @staticmethod
+    def disable(fn=None, recursive=True, wrapping=True, **options):
+        return fn if fn is not None else (lambda function: function)
+
+    def __getattr__(self, name):
+        sys.modules.pop("torch._dynamo", None)
+        torch = sys.modules["torch"]
+        if torch.__dict__.get("_dynamo") is self:
+            del torch._dynamo
+        return getattr(importlib.import_module("torch._dynamo"), name)
+
+
+def _defer_dynamo(torch):
+    """Let the meta device's Python kernels run without importing torch._dynamo.
+
+    torch wraps its reference kernels (the meta device's masked_fill, where, ...) in
+    torch._disable_dynamo, whose first call imports torch._dynamo, sympy included (~1.7 CPU-s,
+    more than half of a cold grade's device check), only to keep torch.compile from tracing into
+    them. No grading request compiles, so until then torch._dynamo is a stand-in whose `disable`
+    returns the function as it is; anything else asked of it (a submission calling torch.compile)
+    imports the real one first. The kernels compute the same either way."""
+    if "torch._dynamo" not in sys.modules:
+        stand_in = _DeferredDynamo("torch._dynamo")
+        sys.modules["torch._dynamo"] = stand_in
+        torch._dynamo = stand_in
 
 
 class StudentError(Exception):
@@ -66,6 +102,7 @@ class Worker:
         self.path = os.path.abspath(submission_path)
         self.module = None
         self.instances = {}
+        _defer_dynamo(torch)
         threading.Thread(target=self._warm_meta, daemon=True).start()
 
     def _warm_meta(self):
