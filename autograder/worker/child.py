@@ -189,7 +189,8 @@ class Worker:
         if device != "cpu":
             module = copy.deepcopy(module).to(device)
         module.train(train)
-        module.zero_grad(set_to_none=True)
+        if grad:
+            module.zero_grad(set_to_none=True)
         sent = {**{str(i): a for i, a in enumerate(args)}, **(kwargs or {})}
         sent_copies = {name: value.copy() for name, value in sent.items() if isinstance(value, np.ndarray)}
         given = {name: self._input(value, device, noncontiguous) for name, value in sent.items()}
@@ -287,7 +288,7 @@ class Worker:
         with torch._C.DisableTorchFunctionSubclass():
             if type(tensor) is not torch.Tensor or torch.Tensor.is_meta.__get__(tensor):
                 return False
-            if list(tensor.shape) != list(sent.shape) or str(tensor.dtype).replace("torch.", "") != sent.dtype.name:
+            if list(tensor.shape) != list(sent.shape) or str(tensor.dtype) != "torch." + wire.DTYPE_NAMES[sent.dtype]:
                 return True
             now = torch.Tensor.detach(tensor).cpu().numpy()
         return not np.array_equal(now, sent, equal_nan=sent.dtype.kind == "f")
@@ -300,7 +301,7 @@ class Worker:
             if tensor.device.type == "meta":
                 return {"meta_shape": list(tensor.shape)}
             array = tensor.cpu().contiguous().numpy()
-        if array.dtype.name not in wire.DTYPES:
+        if array.dtype not in wire.DTYPE_NAMES:
             array = array.astype(np.float32)
         return array
 

@@ -12,6 +12,7 @@ import struct
 import numpy as np
 
 DTYPES = ("float32", "float64", "float16", "bool", "int64", "int32")
+DTYPE_NAMES = {np.dtype(name): name for name in DTYPES}  # dtype.name takes ~5 µs, a lookup here ~0.1
 MAX_HEADER_BYTES = 1 << 20  # json.loads takes ~25× a header's size: the cap bounds that too
 MAX_FRAME_BYTES = 32 << 20  # honest replies are kilobytes; the cap bounds the grader's memory
 MAX_DIMENSIONS = 32  # what any numpy accepts
@@ -50,13 +51,13 @@ def encode(message):
     """Serialize a message of JSON values and numpy arrays into one frame."""
     arrays = []
     body = _flatten(message, arrays)
+    specs = []
     for array in arrays:
-        if array.dtype.name not in DTYPES:
+        name = DTYPE_NAMES.get(array.dtype)
+        if name is None:
             raise WireError(f"dtype {array.dtype.name} cannot cross the wire")
-    header = json.dumps(
-        {"body": body, "arrays": [[a.dtype.name, list(a.shape)] for a in arrays]},
-        allow_nan=True,
-    ).encode()
+        specs.append([name, list(array.shape)])
+    header = json.dumps({"body": body, "arrays": specs}, allow_nan=True).encode()
     payload = b"".join(a.tobytes() for a in arrays)
     return _PREFIX.pack(len(header) + len(payload), len(header)) + header + payload
 
