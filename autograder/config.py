@@ -77,6 +77,8 @@ def _section(data, key, path):
 def _number(value, where, kind=float):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(f"{where} must be a non-negative number, got {value!r}")
+    if kind is int and value != int(value):  # int() would truncate it without a word
+        raise ConfigError(f"{where} must be a whole number, got {value!r}")
     return kind(value)
 
 

@@ -172,3 +172,25 @@ def test_names_that_merely_look_like_sandboxes_are_passed_over(monkeypatch):
         sandbox.reap_orphans(BASE_UID + 400)
     finally:
         odd.rmdir()
+
+
+def test_the_worker_environment_keeps_only_the_gpu_selection(monkeypatch):
+    """Nothing of the grader's environment reaches the submission (a token, say), except which
+    GPUs this grading may use: hidden from the grader, a GPU stays hidden from the worker."""
+    from autograder import config
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("GRADER_SECRET_TOKEN", "do-not-leak")
+    box = sandbox.Sandbox("x = 1\n", config.load().limits, None, sys.executable)
+    try:
+        env = box.env()
+    finally:
+        box.cleanup()
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "GRADER_SECRET_TOKEN" not in env
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    box = sandbox.Sandbox("x = 1\n", config.load().limits, None, sys.executable)
+    try:
+        assert "CUDA_VISIBLE_DEVICES" not in box.env()
+    finally:
+        box.cleanup()

@@ -210,13 +210,14 @@ def test_a_small_grading_yml_loads_with_defaults_for_what_it_leaves_out(load_tex
     assert cfg.max_score == 3.0
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="config.load truncates a fractional integer limit (int(1.5) == 1) instead of refusing it")
-def test_a_fractional_integer_limit_is_refused_not_truncated(load_text):
+@pytest.mark.parametrize("text", ["limits: {processes: 0.5}\n", "limits: {memory_mib: 512.9}\n"])
+def test_a_fractional_integer_limit_is_refused_not_truncated(load_text, text):
     """config.py's promise: a typo is reported with its key "instead of silently changing scores"
-    (or limits). `memory_mib: 512.9` loads as 512 and `processes: 0.5` as 0, without a word."""
-    try:
-        cfg = load_text("limits: {processes: 0.5}\n")
-    except ConfigError:
-        return
-    assert cfg.limits.processes == 0.5, f"processes: 0.5 loaded as {cfg.limits.processes!r}"
+    (or limits): `memory_mib: 512.9` would load as 512 and `processes: 0.5` as 0."""
+    key = text.split("{")[1].split(":")[0]
+    with pytest.raises(ConfigError, match=f"limits.{key} must be a whole number"):
+        load_text(text)
+
+
+def test_a_whole_float_integer_limit_is_accepted(load_text):
+    assert load_text("limits: {memory_mib: 512.0}\n").limits.memory_mib == 512

@@ -31,6 +31,9 @@ from ..exercise import EXERCISE
 from . import namespaces, procfs, residue, seccomp
 
 WORKER_FILES = ("child.py", "wire.py", "parameters.py")
+# The grader's environment variables the worker keeps: which GPUs this grading may use (a GPU
+# hidden from the grader stays hidden from the submission, and the device check runs where asked).
+PASSED_ENV = ("CUDA_VISIBLE_DEVICES",)
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
@@ -324,7 +327,10 @@ class Sandbox:
         return [f"uid {self.uid}", *filtered, *(namespaces.LAYERS if self.isolate else ())]
 
     def env(self):
+        """The worker's whole environment: nothing of the grader's, except which GPUs it may use."""
+        passed = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
         return {
+            **passed,
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.home),
             "TMPDIR": str(self.tmp),
