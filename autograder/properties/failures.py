@@ -31,17 +31,22 @@ def exchanged(module, calls, replies):
 
 
 def calling(description):
-    """Record the call to the worker that a failure raised now is about (see harness.Remote), as
-    plain data; None when no call of this example is at fault."""
+    """Record the call to the worker that a failure raised now is about (see harness.Remote): its
+    plain-data description, or a function that makes it (called only if a failure asks: most
+    calls never fail); None when no call of this example is at fault."""
     _current_call.clear()
-    _current_call.update(description or {})
+    if description is not None:
+        _current_call["call"] = description
 
 
 def current_example():
     """The example under test now (a copy), with the call at fault under "call" when there is one."""
     found = dict(_current_example)
-    if _current_call:
-        found["call"] = copy.deepcopy(_current_call)
+    call = _current_call.get("call")
+    if callable(call):
+        call = _current_call["call"] = call()
+    if call:
+        found["call"] = copy.deepcopy(call)
     return found
 
 

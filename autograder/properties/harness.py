@@ -3,6 +3,7 @@
 The grader chooses every input and every parameter value itself (from a seed hypothesis drew),
 so the reference it computes describes exactly the module the worker ran.
 """
+import functools
 import itertools
 import math
 
@@ -26,6 +27,7 @@ BUILD_CONFIG = {c.name: {"class": c.config_class, "fields": c.config_fields} if 
 
 class Reply:
     def __init__(self, raw, call=None):
+        """call: the request's description for failures (a dict, or a function making it: calling)."""
         self.outputs = raw.get("outputs", [])
         self.grads = raw.get("grads", {})
         self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
@@ -106,9 +108,12 @@ class Remote:
 
     def _at(self, request):
         """Make `request` the call a failure is about, if it is a build or a call."""
-        description = describe_call(self.cls, *request)
-        if description is not None:
-            calling(description)
+        if request[0] in ("build", "call"):
+            calling(self._description_of(request))
+
+    def _description_of(self, request):
+        """describe_call of a request, made only when a failure needs it."""
+        return functools.partial(describe_call, self.cls, *request)
 
     def _built(self, info):
         """Take the build's reply (its form checked by worker/protocol.py): the parameters' total
@@ -167,7 +172,7 @@ class Remote:
         with the worker (one round trip instead of one each); their Replies, in order. A failure
         is raised as run would raise it, the first failing call's first."""
         requests = [("call", _call(self.handle, *args, **options)) for args, options in calls]
-        replies = [Reply(raw, describe_call(self.cls, *request)) for raw, request in zip(self._send(*requests), requests)]
+        replies = [Reply(raw, self._description_of(request)) for raw, request in zip(self._send(*requests), requests)]
         exchanged(self, calls, replies)
         return replies
 
