@@ -8,6 +8,7 @@ import torch
 
 from autograder.properties import checks, reference
 from autograder.properties.failures import PropertyFailure
+from autograder.properties import harness
 from autograder.worker.client import SubmissionError
 
 
@@ -279,9 +280,7 @@ def test_torch_names_a_device_in_every_device_error_and_in_no_other():
 
 
 def reply_of(shape):
-    class R:
-        outputs = [{"meta_shape": list(shape)}]
-    return R()
+    return harness.Reply({"outputs": [{"meta_shape": list(shape)}]})
 
 
 def test_an_error_on_meta_about_no_device_is_judged_on_the_cpu():

@@ -354,8 +354,8 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     from ..worker.client import SubmissionError
 
     def shapes_of(reply):
-        for what, value, shape in zip(("output", "weights"), reply.outputs, expected_shapes):
-            got = value.get("meta_shape") if isinstance(value, dict) else list(getattr(value, "shape", []))
+        for index, what, shape in zip(range(len(reply.outputs)), ("output", "weights"), expected_shapes):
+            got = reply.shape(index)  # a missing output is the property shapes' to name
             require(got == list(shape), "shape_mismatch", what=what, expected=list(shape), got=got)
         return reply
 
@@ -404,13 +404,6 @@ DEVICE_WORDS = ("device", "meta", "cpu", "cuda", "mps")
 def about_devices(message):
     text = (message or "").lower()
     return any(word in text for word in DEVICE_WORDS)
-
-
-def cuda_available(worker, owner):
-    """Whether the worker sees a GPU: then device checks run there too, in fp32 without TF32."""
-    if not hasattr(worker, "cuda"):
-        worker.cuda = worker.call(owner, "probe")["cuda"]
-    return worker.cuda
 
 
 # reference_match's tolerance: the old fixed one (the absolute part scaled with the magnitude of

@@ -35,6 +35,14 @@ class Reply:
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
         self.call = call
 
+    def shape(self, index):
+        """Output `index`'s shape, also for an output on the meta device (a shape, no values); None
+        when there is no such output."""
+        if index >= len(self.outputs):
+            return None
+        value = self.outputs[index]
+        return list(value["meta_shape"]) if isinstance(value, dict) else list(value.shape)
+
     def output(self, index, shape, what):
         """One output, checked; a failure from now on is about this reply's call (the last one read)."""
         calling(self.call)

@@ -247,7 +247,7 @@ def test_fused_equivalence(worker, dims):
     # Against the reference alone: a mistake only in the explicit path is reference_match's.
     fused = output(module.run(x, fused=True), dims)
     expect_close(fused, expected(module.params, dims, x), "fused_mismatch", against="reference")
-    if checks.cuda_available(worker, CLS):
+    if worker.sees_cuda(CLS):
         for path in (False, True):
             on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
             expect_close(on_gpu, expected(module.params, dims, x), "fused_mismatch", against="cuda_fused" if path else "cuda_explicit")
@@ -269,7 +269,7 @@ def test_device(worker, dims, fused):
     x = inputs(rng, dims)
     shapes = [(dims["B"], dims["T"], dims["n_embd"])]
     checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "meta", shapes)
-    if checks.cuda_available(worker, CLS):
+    if worker.sees_cuda(CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
         expect_close(output(reply, dims), expected(module.params, dims, x), "reference_mismatch",
                      what="output_cuda", masked=True)

@@ -279,7 +279,7 @@ def test_device(worker, dims):
     shapes = [(B, Tq, d), (B, h, Tq, Tk)]
     checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "meta", shapes,
                           fallbacks=[lambda device: module.run(*args, device=device)])
-    if checks.cuda_available(worker, CLS):
+    if worker.sees_cuda(CLS):
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
         expected = reference.multi_head_attention(module.params, h, *(t.astype(np.float64) for t in args), mask)[0]
         expect_close(outputs(reply, dims)[0], expected, "reference_mismatch", what="output_cuda", masked=True)

@@ -202,7 +202,7 @@ def test_device(worker, dims):
     shapes = [(B, T, d_k_of(dims)), (B, T, T)]
     checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "meta", shapes,
                           fallbacks=[lambda device: module.run(x, device=device)])
-    if checks.cuda_available(worker, CLS):
+    if worker.sees_cuda(CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
         expect_close(outputs(reply, dims)[0], reference.self_attention(module.params, x.astype(np.float64), mask)[0],
                      "reference_mismatch", what="output_cuda", masked=True)

@@ -116,6 +116,7 @@ class Worker:
         self.peak_rss = 0
         self.last_check = self.last_disk_check = 0.0
         self.layers = []
+        self.cuda = None  # sees_cuda's answer, once asked
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
@@ -153,6 +154,13 @@ class Worker:
         if failure is not None and failure.kind not in INPUT_DEPENDENT:
             raise SubmissionHalted(failure)
         return answers
+
+    def sees_cuda(self, owner):
+        """Whether the worker sees a GPU (asked once, on behalf of class `owner`): then the device
+        checks run there too."""
+        if self.cuda is None:
+            self.cuda = self.call(owner, "probe")["cuda"]
+        return self.cuda
 
     def _send_requests(self, cls, requests):
         if self.fatal:
