@@ -186,6 +186,43 @@ def test_only_value_misconceptions_of_the_property_are_candidates():
     assert kinds == sorted(kinds, key=diagnosis.KIND_ORDER.index)
 
 
+def test_a_structural_mistake_is_named_by_the_failure_only_it_raises():
+    """No value names a bias where the contract has none (the outputs are the reference's): the
+    failure parameter_count raises for it does, and only for that property and code."""
+    diagnosis.begin("SelfAttention", "parameter_count")
+    failures.example(d_model=4)
+    assert PropertyFailure("unexpected_bias", names=["W_Q.bias"]).diagnosis == "sa_bias"
+    assert PropertyFailure("parameter_count", expected=48, got=52).diagnosis is None  # not only a bias does that
+    diagnosis.begin("MultiHeadAttention", "parameter_count")
+    assert PropertyFailure("unexpected_bias", names=["W_O.bias"]).diagnosis == "mha_bias"
+    diagnosis.begin("CausalSelfAttention", "mask_buffer")
+    assert PropertyFailure("mask_persistent").diagnosis == "causal_mask_persistent"
+    diagnosis.begin("SelfAttention", "shapes")
+    assert PropertyFailure("unexpected_bias").diagnosis is None  # another property's code
+
+
+def test_every_structural_mistake_has_failures_only_it_raises():
+    """Each structural entry names the (property, code) its mistake raises, a property it explains,
+    and no two entries of a class claim the same one: a code then names one mistake or none."""
+    for entry in misconceptions.CATALOG:
+        if entry.kind != "structural":
+            assert entry.shows_as == (), entry.id
+            continue
+        assert entry.shows_as, entry.id
+        assert all(prop in entry.explains for prop, _ in entry.shows_as), entry.id
+    for cls in {entry.cls for entry in misconceptions.CATALOG}:
+        claimed = [pair for entry in misconceptions.of_class(cls) for pair in entry.shows_as]
+        assert len(claimed) == len(set(claimed)), cls
+
+
+def test_a_structural_diagnosis_is_worded_as_one():
+    """Its sentence names the mistake without claiming the outputs matched anything."""
+    outcome = Outcome("MultiHeadAttention", "parameter_count", "failed", "unexpected_bias", {}, diagnosis="mha_bias")
+    for language, claim in (("es", "tu salida coincide"), ("en", "your output matches")):
+        sentence = feedback.diagnosis(outcome, language)
+        assert misconceptions.get("mha_bias").explanation(language) in sentence and claim not in sentence
+
+
 # ---- the whole grader ---------------------------------------------------------------------------
 def test_a_buggy_file_gets_its_diagnosis_in_results_json_and_in_its_feedback(graded_run):
     run = graded_run(ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py")

@@ -147,12 +147,16 @@ def message(outcome, language, context=None):
 
 def diagnosis(outcome, language):
     """The sentence naming the catalog misconception whose output the submission's matched on every
-    failing example (properties/diagnosis.py), or None: no diagnosis, or an id this catalog no
-    longer has (an outcome stored by another version)."""
+    failing example, or, for a structural one, whose failure only that mistake raises
+    (properties/diagnosis.py); None: no diagnosis, or an id this catalog no longer has (an outcome
+    stored by another version)."""
     from .. import misconceptions
 
     entry = misconceptions.BY_ID.get(getattr(outcome, "diagnosis", None) or "")
-    return None if entry is None else label("diagnosis", language, explanation=entry.explanation(language))
+    if entry is None:
+        return None
+    return label("diagnosis_structural" if entry.kind == "structural" else "diagnosis", language,
+                 explanation=entry.explanation(language))
 
 
 def fill(template, **params):

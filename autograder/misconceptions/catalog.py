@@ -11,6 +11,8 @@ solution (`edits`: AST edits of mutation.py); and what a module with that mistak
 difference shows (see Misconception.probe). `kind`: "numeric" (outputs differ in eval),
 "dropout" (they differ only through dropout: in train mode, or with dropout > 0 in eval) or
 "structural" (outputs equal the reference's: parameters, buffers, errors or the calls made differ).
+A structural entry's `shows_as` lists the failures (property, code) that only its mistake raises:
+no value can name it, its failure code does (properties/diagnosis.py).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Misconception:
     kind: str = "numeric"
     probe: dict = field(default_factory=dict)
     seen_in: str = ""  # where it comes from: corpus file, lesson, suite
+    shows_as: tuple = ()  # (property, failure code) pairs that only this mistake raises (structural ones)
 
     def explanation(self, language="es"):
         return self.es if language == "es" else self.en
@@ -58,9 +61,9 @@ class Misconception:
         return COMPUTE[self.cls](params, *args, **context, **self.switches)
 
 
-def entry(id, cls, es, en, explains, edits, switches=None, kind="numeric", probe=None, seen_in=""):
+def entry(id, cls, es, en, explains, edits, switches=None, kind="numeric", probe=None, seen_in="", shows_as=()):
     return Misconception(id, cls, es, en, tuple(explains), tuple(edits), dict(switches or {}), kind, dict(probe or {}),
-                         seen_in)
+                         seen_in, tuple(tuple(pair) for pair in shows_as))
 
 
 SA_SCORES = "Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)"
@@ -153,11 +156,11 @@ CATALOG = (
           [S(SA, "forward", SA_SOFTMAX, "weights = scores")],
           {"no_softmax": True}, probe={"mask": False}, seen_in="lesson 003 (normalizamos con softmax)"),
     entry("sa_bias", SA,
-          "Pones sesgo (bias) en W_Q, W_K y W_V: el contrato pide bias=False (3·d_model·d_k parámetros).",
-          "Your W_Q, W_K and W_V have a bias: the contract asks for bias=False (3·d_model·d_k parameters).",
+          "Pones sesgo (bias) en W_Q, W_K o W_V: el contrato pide bias=False en las tres (3·d_model·d_k parámetros).",
+          "Your W_Q, W_K or W_V has a bias: the contract asks for bias=False in all three (3·d_model·d_k parameters).",
           ("parameter_count",),
           [R(SA, "__init__", "nn.Linear(d_model, d_k, bias=False)", "nn.Linear(d_model, d_k)", count=3)],
-          kind="structural", seen_in="buggy/sa_bias_true"),
+          kind="structural", seen_in="buggy/sa_bias_true", shows_as=[("parameter_count", "unexpected_bias")]),
     # ---- MultiHeadAttention ----------------------------------------------------------------
     entry("mha_no_scale", MHA,
           "No escalas los puntajes por 1/√d_k: con d_k grande la softmax se satura y sus gradientes se apagan.",
@@ -292,13 +295,14 @@ CATALOG = (
           "have the same d_k.",
           ("divisibility_error",),
           [S(MHA, "__init__", 'if d_model % num_heads != 0:\n    raise ValueError("d_model must be divisible by num_heads")', "")],
-          kind="structural", seen_in="buggy/mha_no_divisibility_check"),
+          kind="structural", seen_in="buggy/mha_no_divisibility_check",
+          shows_as=[("divisibility_error", "divisibility_no_error")]),
     entry("mha_bias", MHA,
-          "Pones sesgo (bias) en las proyecciones: el contrato pide bias=False (4·d_model² parámetros).",
-          "Your projections have a bias: the contract asks for bias=False (4·d_model² parameters).",
+          "Pones sesgo (bias) en alguna proyección: el contrato pide bias=False en las cuatro (4·d_model² parámetros).",
+          "One of your projections has a bias: the contract asks for bias=False in all four (4·d_model² parameters).",
           ("parameter_count",),
           [R(MHA, "__init__", "nn.Linear(d_model, d_model, bias=False)", "nn.Linear(d_model, d_model)", count=4)],
-          kind="structural", seen_in="buggy/mha_bias_true"),
+          kind="structural", seen_in="buggy/mha_bias_true", shows_as=[("parameter_count", "unexpected_bias")]),
     # ---- CausalSelfAttention -----------------------------------------------------------------
     entry("causal_no_scale", CSA,
           "No escalas por 1/√hs en la ruta explícita: la softmax se satura y ya no coincide con la fusionada.",
@@ -444,19 +448,20 @@ CATALOG = (
           [R(CSA, "forward", CSA_SDPA,
              'F.dropout(F.softmax((q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~self.mask[:, :, :T, :T], '
              'float("-inf")), dim=-1), p=p, training=p > 0) @ v')],
-          kind="structural", seen_in="buggy/causal_fused_manual"),
+          kind="structural", seen_in="buggy/causal_fused_manual", shows_as=[("fused_calls_sdpa", "sdpa_not_called")]),
     entry("causal_mask_persistent", CSA,
           "Registras la máscara como buffer persistente: termina en el state_dict (pide persistent=False).",
           "You register the mask as a persistent buffer: it ends up in the state_dict (use persistent=False).",
           ("mask_buffer",),
           [R(CSA, "__init__", 'self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)',
              'self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size))')],
-          kind="structural", seen_in="buggy/causal_mask_persistent; lesson 003 (register_buffer)"),
+          kind="structural", seen_in="buggy/causal_mask_persistent; lesson 003 (register_buffer)",
+          shows_as=[("mask_buffer", "mask_persistent")]),
     entry("causal_no_bias", CSA,
-          "Creas qkv y proj sin sesgo: el contrato pide bias en ambas (4·C² + 4·C parámetros).",
-          "You create qkv and proj without a bias: the contract asks for one in both (4·C² + 4·C parameters).",
+          "Creas qkv o proj sin sesgo: el contrato pide bias en ambas (4·C² + 4·C parámetros).",
+          "You create qkv or proj without a bias: the contract asks for one in both (4·C² + 4·C parameters).",
           ("parameter_count",),
           [R(CSA, "__init__", "nn.Linear(cfg.n_embd, 3 * cfg.n_embd)", "nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)"),
            R(CSA, "__init__", "nn.Linear(cfg.n_embd, cfg.n_embd)", "nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)")],
-          kind="structural", seen_in="buggy/causal_no_bias"),
+          kind="structural", seen_in="buggy/causal_no_bias", shows_as=[("parameter_count", "missing_bias")]),
 )

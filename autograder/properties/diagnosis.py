@@ -121,8 +121,11 @@ def on_failure(code, exchanges):
     of its example ((module, calls, replies) of each Remote.runs, as failures.exchanged kept them), or None
     when that property and code are not a comparison of values diagnosed here."""
     key = _state["key"]
-    if key is None or code not in VALUE_CODES.get(key[1], ()):
+    if key is None:
         return None
+    marked = structural(*key, code)
+    if marked is not None or code not in VALUE_CODES.get(key[1], ()):
+        return marked
     cls, prop = key
     example = []
     for module, calls, replies in exchanges:
@@ -133,6 +136,15 @@ def on_failure(code, exchanges):
             if wanted is not None:
                 example.append(Call(module.params, module.kwargs, args, options, reply.outputs, wanted))
     return _narrowed(key, matching(cls, example) if example else [])
+
+
+def structural(cls, prop, code):
+    """The structural misconception whose mistake alone raises this failure (its `shows_as`), or
+    None: such a module returns the reference's values, so its failure code is what names it."""
+    from .. import misconceptions
+
+    found = [entry.id for entry in misconceptions.of_class(cls) if (prop, code) in entry.shows_as]
+    return found[0] if len(found) == 1 else None
 
 
 def _narrowed(key, found):
