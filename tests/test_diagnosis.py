@@ -202,13 +202,15 @@ def test_a_structural_mistake_is_named_by_the_failure_only_it_raises():
 
 
 def test_every_structural_mistake_has_failures_only_it_raises():
-    """Each structural entry names the (property, code) its mistake raises, a property it explains,
-    and no two entries of a class claim the same one: a code then names one mistake or none."""
+    """A structural entry names the (property, code) only its mistake raises, of a property it
+    explains, and no two entries of a class claim the same one: a code then names one mistake or
+    none. Only a failure other mistakes raise too leaves an entry without (SDPA not called: written
+    by hand, or no attention at all, as the fakes show)."""
     for entry in misconceptions.CATALOG:
         if entry.kind != "structural":
             assert entry.shows_as == (), entry.id
             continue
-        assert entry.shows_as, entry.id
+        assert entry.shows_as or entry.id == "causal_fused_by_hand", entry.id
         assert all(prop in entry.explains for prop, _ in entry.shows_as), entry.id
     for cls in {entry.cls for entry in misconceptions.CATALOG}:
         claimed = [pair for entry in misconceptions.of_class(cls) for pair in entry.shows_as]

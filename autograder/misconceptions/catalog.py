@@ -12,7 +12,8 @@ difference shows (see Misconception.probe). `kind`: "numeric" (outputs differ in
 "dropout" (they differ only through dropout: in train mode, or with dropout > 0 in eval) or
 "structural" (outputs equal the reference's: parameters, buffers, errors or the calls made differ).
 A structural entry's `shows_as` lists the failures (property, code) that only its mistake raises:
-no value can name it, its failure code does (properties/diagnosis.py).
+no value can name it, its failure code does (properties/diagnosis.py). An entry whose failure
+other mistakes raise too (SDPA not called: by hand, or no attention at all) has none.
 """
 from __future__ import annotations
 
@@ -448,7 +449,7 @@ CATALOG = (
           [R(CSA, "forward", CSA_SDPA,
              'F.dropout(F.softmax((q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~self.mask[:, :, :T, :T], '
              'float("-inf")), dim=-1), p=p, training=p > 0) @ v')],
-          kind="structural", seen_in="buggy/causal_fused_manual", shows_as=[("fused_calls_sdpa", "sdpa_not_called")]),
+          kind="structural", seen_in="buggy/causal_fused_manual"),  # sdpa_not_called: also a fused path with no attention
     entry("causal_mask_persistent", CSA,
           "Registras la máscara como buffer persistente: termina en el state_dict (pide persistent=False).",
           "You register the mask as a persistent buffer: it ends up in the state_dict (use persistent=False).",
