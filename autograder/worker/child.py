@@ -56,8 +56,8 @@ def _defer_dynamo(torch):
     """Let the meta device's Python kernels run without importing torch._dynamo.
 
     torch wraps its reference kernels (the meta device's masked_fill, where, ...) in
-    torch._disable_dynamo, whose first call imports torch._dynamo, sympy included (~1.7 CPU-s,
-    more than half of a cold grade's device check), only to keep torch.compile from tracing into
+    torch._disable_dynamo, whose first call imports torch._dynamo (~1.7 CPU-s measured here, more
+    than half of what a cold grade's device check cost), only to keep torch.compile from tracing into
     them. No grading request compiles, so until then torch._dynamo is a stand-in whose `disable`
     returns the function as it is; anything else asked of it (a submission calling torch.compile)
     imports the real one first. The kernels compute the same either way."""
