@@ -173,12 +173,24 @@ def stable_when_large(plain, masked, mask, at_scale_1):
     NaN rows from a mask read the other way, rows that do not sum to one) is not about magnitude:
     it is named as the problem of the property that tests it (rows_sum_to_one, masked_zero), the
     unmasked call's rows first: a softmax over the wrong axis also leaves NaN under a mask."""
-    try:
+
+    def at_magnitude_1000():
         stable(*plain)
         stable(*masked)
         masked_weights_zero(masked[1], mask, "masked_weight_not_zero_large")
+
+    unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(*at_scale_1(), mask))
+
+
+def unless_wrong_at_magnitude_1(check, upstream):
+    """large_inputs' order of judgement: check() judges the calls at large magnitude; only when it
+    fails does upstream() make the same calls at magnitude ~1 and raise the failure that names a
+    mistake already there (another property's). Otherwise check's failure stands, diagnosed again
+    with every call the example made."""
+    try:
+        check()
     except PropertyFailure as failure:
-        already_wrong_at_scale_1(*at_scale_1(), mask)
+        upstream()
         diagnose_again(failure)  # the calls at magnitude ~1 are evidence too
         raise
 
