@@ -66,6 +66,11 @@ class GradingConfig:
     def max_score(self):
         return sum(p.points for p in self.properties)
 
+    @property
+    def classes(self):
+        """The graded classes in grading.yml's order (the order of numbers, columns and pages)."""
+        return tuple(dict.fromkeys(p.cls for p in self.properties))
+
 
 def _section(data, key, path):
     value = data.get(key, {})

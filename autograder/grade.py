@@ -51,7 +51,7 @@ class Collected(NamedTuple):
 @dataclass
 class Graded:
     outcomes: list
-    scored: list
+    scored: scoring.Scorecard
     seconds: float
     source_sha256: str | None
     peak_rss_mib: float = 0.0
@@ -59,7 +59,7 @@ class Graded:
 
     @property
     def score(self):
-        return scoring.total(self.scored)
+        return self.scored.total
 
 
 # What decides an outcome: the hidden suite, the worker, how outcomes are collected, the

@@ -18,10 +18,10 @@ def _clip(text, limit=MAX_OUTPUT_CHARS):
     return text if len(text) <= limit else text[: limit - 20] + "\n[... recortado]"
 
 
-def build(scored, *, execution_time, output="", extra_data=None):
-    earned = sum(t.score for t in scored)
+def build(card, *, execution_time, output="", extra_data=None):
+    """Gradescope's results.json of a scoring.Scorecard."""
     return {
-        "score": round(earned, 4),
+        "score": round(card.earned, 4),
         "execution_time": round(execution_time, 2),
         "output": _clip(output, 20000),
         "output_format": "text",
@@ -43,7 +43,7 @@ def build(scored, *, execution_time, output="", extra_data=None):
                                **({"blocked_by": list(t.blocked_by)} if t.blocked_by else {}),
                                **({"diagnosis": t.diagnosis} if t.diagnosis else {})},
             }
-            for t in scored
+            for t in card
         ],
     }
 

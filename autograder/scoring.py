@@ -7,6 +7,7 @@ A property with `requires` earns its points only when each prerequisite earns (p
 own prerequisites met): a module that computes no attention cannot collect the points of checks
 that such a module passes trivially (rows summing to one, masked weights at zero...).
 """
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import feedback
@@ -28,9 +29,47 @@ class ScoredTest:
     diagnosis: str | None = None  # the outcome's: the catalog misconception that explains its failure
 
 
+@dataclass(frozen=True)
+class Scorecard(Sequence):
+    """One submission's scored tests, in grading.yml's order: the one results model. Totals and
+    per-class subtotals are computed here only; results.json (results.py), the terminal table
+    (summary.py), the report pages and the gradebooks (cohort/report.py, cohort/exports.py) write it."""
+
+    tests: tuple[ScoredTest, ...]
+    classes: tuple[str, ...]  # grading order
+
+    def __getitem__(self, index):
+        return self.tests[index]
+
+    def __len__(self):
+        return len(self.tests)
+
+    @property
+    def earned(self):
+        return sum(t.score for t in self.tests)
+
+    @property
+    def possible(self):
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def total(self):
+        """(earned, possible)."""
+        return self.earned, self.possible
+
+    def class_totals(self):
+        """Class -> points earned in it, in grading order."""
+        return {cls: sum(t.score for t in self.tests if t.cls == cls) for cls in self.classes}
+
+    def shown(self):
+        """The tests a student sees before the due date (hidden ones left out)."""
+        return [t for t in self.tests if t.visibility != "hidden"]
+
+
 def score(outcomes, config):
+    """The Scorecard of `outcomes` under `config`, each test's feedback rendered."""
     by_key = {(o.cls, o.prop): o for o in outcomes}
-    class_order = list(dict.fromkeys(p.cls for p in config.properties))
+    class_order = config.classes
     counters = {}
     scored = []
     earns = _earning(by_key, config)
@@ -47,7 +86,7 @@ def score(outcomes, config):
             status="passed" if passed else "failed", outcome_status=outcome.status,
             visibility=prop.visibility, output="", blocked_by=blocked_by, diagnosis=outcome.diagnosis,
         ))
-    return feedback.render(scored, outcomes, config.language)
+    return Scorecard(tuple(feedback.render(scored, outcomes, config.language)), config.classes)
 
 
 def _earning(by_key, config):
@@ -64,7 +103,3 @@ def _earning(by_key, config):
     for key in requires:
         earning(key)
     return earns
-
-
-def total(scored):
-    return sum(t.score for t in scored), sum(t.max_score for t in scored)

@@ -57,11 +57,16 @@ def config_at_seed(seed, folder):
 class Graded:
     """One known submission graded: its raw outcomes and their scoring under the config used."""
     outcomes: dict  # (cls, prop) -> Outcome
-    scored: dict  # (cls, prop) -> ScoredTest
+    card: scoring.Scorecard
+
+    @property
+    def scored(self):
+        """(cls, prop) -> ScoredTest."""
+        return {(t.cls, t.prop): t for t in self.card}
 
     @property
     def total(self):
-        return scoring.total(self.scored.values())
+        return self.card.total
 
     def lost(self, cls=None):
         """(cls, prop) of every test that earned less than its maximum (0-point tests: that failed)."""
@@ -92,8 +97,8 @@ def grade_all(paths, seed, jobs=2):
             store.close()
     graded = {}
     for result in stored:
-        scored = {(t.cls, t.prop): t for t in scoring.score(result.outcomes, config)}
-        graded[keys[result.key]] = Graded({(o.cls, o.prop): o for o in result.outcomes}, scored)
+        graded[keys[result.key]] = Graded({(o.cls, o.prop): o for o in result.outcomes},
+                                          scoring.score(result.outcomes, config))
     return graded
 
 

@@ -172,21 +172,22 @@ def test_prerequisite_failing_takes_the_points_of_what_requires_it(write_config)
 
     config = write_config(edit)
     outcomes = _all_passed(config)
-    full = scoring.total(scoring.score(outcomes, config))
+    full = scoring.score(outcomes, config).total
     assert full[0] == full[1] == config.max_score
     for outcome in outcomes:
         if (outcome.cls, outcome.prop) == ("SelfAttention", "scale"):
             outcome.status, outcome.code, outcome.params = "failed", "wrong_scale", {
                 "measured": 1.0, "expected": 0.5, "d_k": 4}
-    scored = {(t.cls, t.prop): t for t in scoring.score(outcomes, config)}
+    card = scoring.score(outcomes, config)
+    scored = {(t.cls, t.prop): t for t in card}
     rows, masked = scored[("SelfAttention", "rows_sum_to_one")], scored[("SelfAttention", "masked_zero")]
     assert (rows.score, rows.status, rows.outcome_status, rows.blocked_by) == (0, "failed", "passed", ("scale",))
     assert (masked.score, masked.blocked_by) == (0, ("rows_sum_to_one",))
     assert "«SelfAttention: escala 1/√d_k»" in rows.output and "Por sí sola" in rows.output
-    assert scoring.total(scored.values())[0] == config.max_score - 2 - 1 - 1
+    assert card.earned == config.max_score - 2 - 1 - 1
     untouched = {k: t for k, t in scored.items() if k[0] != "SelfAttention"}
     assert all(t.score == t.max_score and not t.blocked_by for t in untouched.values())
-    built = {tuple(t["tags"]): t for t in results.build(list(scored.values()), execution_time=1)["tests"]}
+    built = {tuple(t["tags"]): t for t in results.build(card, execution_time=1)["tests"]}
     assert built[("SelfAttention", "rows_sum_to_one")]["extra_data"] == {"outcome": "passed", "blocked_by": ["scale"]}
     assert built[("SelfAttention", "shapes")]["extra_data"] == {"outcome": "passed"}
 

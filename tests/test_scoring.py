@@ -53,13 +53,15 @@ SMALL = config(
 def test_every_passed_property_earns_its_points_and_nothing_else_does():
     scored = scoring.score(outcomes(SMALL), SMALL)
     assert [t.score for t in scored] == [1, 2, 0.5, 3, 1.5]
-    assert scoring.total(scored) == (8.0, 8.0) == (SMALL.max_score, SMALL.max_score)
-    partial = by_key(scoring.score(outcomes(SMALL, failed={"SelfAttention.scale"}, errors={"MultiHeadAttention.shapes"},
-                                            timeouts={"SelfAttention.reference_match"}), SMALL))
+    assert scored.total == (8.0, 8.0) == (SMALL.max_score, SMALL.max_score)
+    card = scoring.score(outcomes(SMALL, failed={"SelfAttention.scale"}, errors={"MultiHeadAttention.shapes"},
+                                  timeouts={"SelfAttention.reference_match"}), SMALL)
+    partial = by_key(card)
     assert {k: t.score for k, t in partial.items()} == {
         "SelfAttention.shapes": 1, "SelfAttention.scale": 0, "SelfAttention.reference_match": 0,
         "MultiHeadAttention.shapes": 0, "MultiHeadAttention.scale": 1.5}
-    assert scoring.total(partial.values()) == (2.5, 8.0)
+    assert card.total == (2.5, 8.0)
+    assert card.class_totals() == {"SelfAttention": 1, "MultiHeadAttention": 1.5}
     assert all(t.max_score == p.points for t, p in zip(partial.values(), SMALL.properties))
 
 
@@ -114,7 +116,8 @@ GATED = config(
 
 
 def test_a_failed_prerequisite_takes_the_points_of_what_requires_it_transitively():
-    scored = by_key(scoring.score(outcomes(GATED, failed={"SelfAttention.attends"}), GATED))
+    card = scoring.score(outcomes(GATED, failed={"SelfAttention.attends"}), GATED)
+    scored = by_key(card)
     assert {k: (t.score, t.status, t.outcome_status, t.blocked_by) for k, t in scored.items()} == {
         "SelfAttention.attends": (0, "failed", "failed", ()),
         "SelfAttention.rows_sum_to_one": (0, "failed", "passed", ("attends",)),
@@ -125,7 +128,7 @@ def test_a_failed_prerequisite_takes_the_points_of_what_requires_it_transitively
         "MultiHeadAttention.attends": (0, "passed", "passed", ()),  # another class's attends is not this one
         "MultiHeadAttention.rows_sum_to_one": (1, "passed", "passed", ()),
     }
-    assert scoring.total(scored.values()) == (2, 6)
+    assert card.total == (2, 6)
 
 
 def test_a_property_earns_when_all_its_prerequisites_earn_and_names_only_those_that_do_not():
@@ -156,11 +159,11 @@ def test_rescoring_is_pure_the_same_outcomes_under_other_weights():
     stored outcomes under an edited grading.yml."""
     found = outcomes(GATED, failed={"SelfAttention.attends"})
     before = [o.as_dict() for o in found]
-    first = scoring.total(scoring.score(found, GATED))
+    first = scoring.score(found, GATED).total
     ungated = dataclasses.replace(GATED, properties=tuple(dataclasses.replace(p, requires=())
                                                           for p in GATED.properties))
-    assert scoring.total(scoring.score(found, ungated)) == (6, 6)
-    assert scoring.total(scoring.score(found, GATED)) == first == (2, 6)
+    assert scoring.score(found, ungated).total == (6, 6)
+    assert scoring.score(found, GATED).total == first == (2, 6)
     assert [o.as_dict() for o in found] == before
 
 

@@ -10,7 +10,6 @@ Fast: nothing is graded.
 import re
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -210,9 +209,8 @@ def test_built_student_zip_carries_an_edited_grading_yml(tmp_path):
 # ---- the renderer alone ------------------------------------------------------------------------
 
 def fake_config(*properties, language="es"):
-    props = tuple(SimpleNamespace(cls=c, name=n, points=pts, visibility=v, requires=r) for c, n, pts, v, r in properties)
-    return SimpleNamespace(language=language, properties=props, max_score=sum(p.points for p in props),
-                           limits=grading_config.Limits())
+    props = tuple(grading_config.Property(c, n, pts, v, tuple(r)) for c, n, pts, v, r in properties)
+    return grading_config.GradingConfig(language, 8, 0, grading_config.Limits(), props)
 
 
 SKELETON = ("# x\n\n<!-- generated from grading.yml: points -->\nold\n<!-- end -->\n\ntext\n\n"

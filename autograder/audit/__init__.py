@@ -160,7 +160,7 @@ def judge(candidate, outcomes, config):
         "outcomes": {name((o.cls, o.prop)): {"status": o.status, "code": o.code} for o in objects},
         "blocked": [f"{t.cls}.{t.prop}" for t in scored  # passed, but a prerequisite failed (grading.yml's requires)
                     if getattr(t, "blocked_by", ()) and t.outcome_status == "passed"],
-        "score": scoring.total(scored)[0], "max_score": scoring.total(scored)[1], "diff": candidate.diff,
+        "score": scored.earned, "max_score": scored.possible, "diff": candidate.diff,
     }
 
 

@@ -82,7 +82,7 @@ class Graded:
     key: str
     page: str
     submitters: list
-    scored: list
+    scored: scoring.Scorecard
     outcomes: list
     status: str = "graded"
     run_id: int | None = None
@@ -90,14 +90,12 @@ class Graded:
 
     @property
     def total(self):
-        return scoring.total(self.scored)
+        return self.scored.total
 
     @property
     def display_name(self):
         return ", ".join(s.name or s.email or s.sid for s in self.submitters) or self.key
 
-    def class_totals(self, classes):
-        return {cls: sum(t.score for t in self.scored if t.cls == cls) for cls in classes}
 
 
 def page_name(key):
@@ -160,12 +158,11 @@ class Row:
 def rows_of(items, config):
     """Gradebook rows of Graded and Ungraded items: one per person (a group gives several), one with
     the key as name when nobody is known."""
-    classes = classes_of(config)
     rows = []
     for item in items:
         if isinstance(item, Graded):
             earned, possible = item.total
-            subtotals = item.class_totals(classes)
+            subtotals = item.scored.class_totals()
         else:
             earned, possible, subtotals = None, config.max_score, None
         for person in item.submitters or [None]:
@@ -194,10 +191,6 @@ class View:
         return sorted([*self.graded, *self.ungraded], key=lambda i: (i.key == "", i.key, i.display_name))
 
 
-def classes_of(config):
-    return list(dict.fromkeys(p.cls for p in config.properties))
-
-
 def private_file(path, binary=False):
     """Open `path` for writing, truncated, readable by its owner only (0600 even if it existed)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -223,7 +216,7 @@ def _number(value):
 
 def write_gradebook(path, items, config):
     """gradebook.csv from Graded/Ungraded items (or ready Rows); Status in the report's language."""
-    classes = classes_of(config)
+    classes = config.classes
     words = feedback.catalog(config.language)["report"]
     rows = [i for i in items if isinstance(i, Row)] + rows_of([i for i in items if not isinstance(i, Row)], config)
     with private_file(path) as handle:
@@ -255,7 +248,7 @@ def summary_figures(graded, config):
     count = max(len(graded), 1)
     per_property = [(f"{cls}.{prop}", passed[(cls, prop)] / count) for cls, prop in properties]
     per_class = []
-    for cls in classes_of(config):
+    for cls in config.classes:
         props = [p for p in properties if p[0] == cls]
         per_class.append((cls, sum(passed[p] for p in props) / (count * len(props))))
     top = [
@@ -447,7 +440,7 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
             "title": feedback.label("summary_title", config.language),
             "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
     for item in graded:
-        shown = [t for t in item.scored if t.visibility != "hidden"]
+        shown = item.scored.shown()
         context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored)}
         for suffix in ("html", "md"):
             text = env.get_template(f"student.{suffix}.j2").render(context)

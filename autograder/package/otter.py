@@ -57,9 +57,8 @@ def _snake(name):
 
 def test_files(config):
     """{file name: source} of Otter's tests/ folder for this grading.yml, in its class order."""
-    classes = list(dict.fromkeys(p.cls for p in config.properties))
     files = {}
-    for index, cls in enumerate(classes, 1):
+    for index, cls in enumerate(config.classes, 1):
         parts = [HEADER.format(cls=cls, folder=GRADER_FOLDER)]
         for prop in (p for p in config.properties if p.cls == cls):
             parts.append(CASE.format(cls=cls, prop=prop.name, points=prop.points,
