@@ -2,7 +2,8 @@
 
 The engine (loader, worker, runner, packaging, cohorts) takes every exercise-specific fact from
 here: the submission's file name, the classes in grading order, how each is built, its contract
-layers, the torch functions the worker may count, and the handout, solution and warm-up paths.
+layers, the torch functions the worker may count, the handout, solution and warm-up paths, and
+the folder of its feedback catalogs.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .errors import UsageError
 
 PROJECT = Path(__file__).resolve().parent.parent
 DESCRIPTOR = Path(__file__).resolve().parent / "properties" / "exercise.yml"
-KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "warm_up"}
+KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "warm_up", "feedback"}
 
 
 class ExerciseError(UsageError):
@@ -42,6 +43,7 @@ class Exercise:
     notebook_names: tuple = ()
     traced: tuple = ()
     warm_up: Path | None = None
+    feedback: Path | None = None  # the folder of the exercise's catalogs, <language>.yml (feedback/__init__.py)
 
     @property
     def class_names(self):
@@ -79,7 +81,8 @@ def load(path=DESCRIPTOR):
         name=str(raw["name"]), suite=suite, submission=submission,
         handout=PROJECT / raw.get("handout", ""), solution=PROJECT / raw.get("solution", ""),
         classes=tuple(classes), notebook_names=tuple(raw.get("notebook_names") or ()),
-        traced=tuple(raw.get("traced") or ()), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None)
+        traced=tuple(raw.get("traced") or ()), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None,
+        feedback=suite / raw.get("feedback", "feedback"))
 
 
 EXERCISE = load()

@@ -1,10 +1,11 @@
 """The exercise is declared once (autograder/properties/exercise.yml) and the engine reads it."""
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from autograder import config, exercise
+from autograder import config, exercise, feedback
 from autograder.errors import UsageError
 from autograder.worker import child
 
@@ -62,3 +63,28 @@ def test_the_worker_builds_a_config_object_from_the_declared_fields():
     assert type(cfg).__name__ == "Cfg" and (cfg.n_embd, cfg.n_head, cfg.dropout) == (8, 4, 0.0)
     with pytest.raises(TypeError):
         child.config_object({"class": "Cfg", "fields": {"n_embd": 32}}, {"unknown": 1})
+
+
+def test_the_engines_catalogs_name_no_class_or_file_of_the_exercise():
+    """The engine's feedback (autograder/feedback/*.yml) says `{submission}`; the exercise's words
+    live in its suite folder's catalogs, which catalog() merges in."""
+    for language in ("es", "en"):
+        text = (PACKAGE / "feedback" / f"{language}.yml").read_text(encoding="utf-8")
+        texts = "\n".join(line.split(" #")[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+        assert not CLASS_NAMES.search(texts) and "attention" not in texts.lower(), language
+        merged = feedback.catalog(language)
+        assert "{submission}" in merged["failures"]["load.several_files"]
+        assert set(merged["titles"]) == {p.name for p in config.load().properties}
+
+
+def test_a_key_in_both_catalogs_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "es.yml").write_text('labels:\n  passed: "otra vez"\n', encoding="utf-8")
+    monkeypatch.setattr(feedback, "EXERCISE", dataclasses.replace(exercise.EXERCISE, feedback=tmp_path))
+    feedback.catalog.cache_clear()
+    try:
+        with pytest.raises(feedback.CatalogError, match=r"labels\.passed already in the engine's") as caught:
+            feedback.catalog("es")
+        assert isinstance(caught.value, UsageError)
+    finally:
+        monkeypatch.undo()
+        feedback.catalog.cache_clear()

@@ -1,5 +1,9 @@
 """Student-facing text: test titles, failure messages and hints, in Spanish or English.
 
+Two catalogs per language are merged: the engine's (this folder: labels, the loader's, worker's
+and grader's own failures, report and statement words) and the exercise's (its suite folder's
+feedback/, exercise.yml's `feedback`: titles, its properties' failures, hints, words, checks).
+
 Messages are rendered from an outcome's code and parameters at the last moment, so the same
 raw outcome can be shown in either language, in results.json or in a regenerated report.
 
@@ -18,7 +22,10 @@ from pathlib import Path
 
 import yaml
 
-CATALOG_DIR = Path(__file__).resolve().parent
+from ..errors import UsageError
+from ..exercise import EXERCISE
+
+CATALOG_DIR = Path(__file__).resolve().parent  # the engine's catalogs
 _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds a line of the module, not of the cell
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
@@ -87,14 +94,39 @@ def _listed(values):
     return str(values)
 
 
+class CatalogError(UsageError):
+    """A feedback catalog cannot be read, or the exercise's redefines a key of the engine's: the
+    message names the file and the keys; each text has one home (see this module's docstring)."""
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot read the feedback catalog {path}: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise CatalogError(f"{path}: expected sections (labels, failures, ...) that map keys to texts")
+    return data
+
+
 @lru_cache(maxsize=None)
 def catalog(language):
-    with open(CATALOG_DIR / f"{language}.yml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    """The engine's catalog of `language` with the exercise's merged in, section by section."""
+    merged = _read(CATALOG_DIR / f"{language}.yml")
+    exercise_path = EXERCISE.feedback / f"{language}.yml"
+    for section, texts in _read(exercise_path).items():
+        clash = sorted(set(merged.get(section, {})) & set(texts))
+        if clash:
+            raise CatalogError(f"{exercise_path}: {section}.{', '.join(clash)} already in the engine's "
+                               f"{CATALOG_DIR / f'{language}.yml'}: keep each text in one of them")
+        merged[section] = {**merged.get(section, {}), **texts}
+    return merged
 
 
 def _fill(template, params, words):
-    return _FORMATTER.vformat(template, (), _Lenient({k: _value(v, words) for k, v in params.items()}))
+    values = {"submission": EXERCISE.submission, **params}  # the file name the engine's texts say
+    return _FORMATTER.vformat(template, (), _Lenient({k: _value(v, words) for k, v in values.items()}))
 
 
 def _value(value, words):

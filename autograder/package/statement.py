@@ -10,9 +10,10 @@ inside marked blocks:
 Everything between the markers is rendered here; the rest of the statement is written by hand.
 Blocks (BLOCKS): `points` (feedback language, what each visibility means, the table of properties
 with their points per class, prerequisites and totals, the exercise's total split by when it is
-shown) and `limits` (timeouts and resource limits). The words come from the feedback catalogs
-(autograder/feedback/es.yml, en.yml): `checks` says what each property checks (its one place per
-language: a property grading.yml names without it stops the build), `statement` the rest.
+shown) and `limits` (timeouts and resource limits). The words come from the feedback catalogs:
+`checks` (the exercise's, autograder/properties/feedback/<language>.yml) says what each property
+checks (its one place per language: a property grading.yml names without it stops the build),
+`statement` (the engine's, autograder/feedback/<language>.yml) the rest.
 
 - `python -m autograder build` renders the blocks into the statements that go into student.zip,
   from the grading.yml it builds with (--config).
@@ -29,6 +30,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import AutograderError, UsageError
+from ..exercise import EXERCISE
 from .. import config as grading_config
 from ..feedback import catalog
 
@@ -115,11 +117,11 @@ def points_block(config, language):
     words = catalog(language)["statement"]
     checks = catalog(language).get("checks") or {}
     properties = config.properties
-    classes = list(dict.fromkeys(p.cls for p in properties))
+    classes = config.classes
     found = {(p.cls, p.name): p for p in properties}
     missing = sorted({p.name for p in properties} - set(checks))
     if missing:
-        raise StatementError(f"autograder/feedback/{language}.yml: no checks.{', checks.'.join(missing)}: every "
+        raise StatementError(f"{EXERCISE.feedback / language}.yml: no checks.{', checks.'.join(missing)}: every "
                              "property grading.yml grades must say, in the statement, what it checks")
     requires = {key: tuple(getattr(prop, "requires", ()) or ()) for key, prop in found.items()}
     with_conditions = any(requires.values())
@@ -131,7 +133,7 @@ def points_block(config, language):
     lines = [wrap(" ".join(intro)), ""]
 
     header = [words["header_property"], words["header_checks"]] + ([words["header_condition"]] if with_conditions else [])
-    lines.append(row(header + classes))
+    lines.append(row([*header, *classes]))
     lines.append("|" + "---|" * len(header) + ":-:|" * len(classes))
     for name in table_order(properties):
         present = [found[(cls, name)] for cls in classes if (cls, name) in found]
