@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from .errors import GraderBug
 from .properties import diagnosis
 from .properties.failures import PropertyFailure, current_example
-from .worker.client import TIMEOUT_KINDS, SubmissionError, SubmissionHalted
+from .worker.client import KINDS, SubmissionError, SubmissionHalted
 
 
 @dataclass
@@ -53,6 +53,6 @@ def outcome_from_exception(cls, prop, exc):
     if isinstance(found, PropertyFailure):
         return Outcome(cls, prop, "failed", found.code, found.params, found.example, diagnosis=found.diagnosis)
     if found is not None:  # SubmissionError: the submission could not answer
-        status = "timeout" if found.kind in TIMEOUT_KINDS else "error"
+        status = "timeout" if KINDS[found.kind].timeout else "error"
         return Outcome(cls, prop, status, "submission." + found.kind, found.as_dict(), current_example())
     return Outcome(cls, prop, "error", "grader_error", {"error": f"{type(exc).__name__}: {exc}"[:1000]})

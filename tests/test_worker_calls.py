@@ -121,3 +121,15 @@ def test_a_failure_names_the_call_the_worker_failed_on(worker):
     assert hung["call"] == {"method": "__init__", "d_model": 5}
     # The class is stopped now: a later request never reaches the worker, and no call is at fault.
     assert failed(lambda: Remote(worker, "SelfAttention", d_model=4).run(x)) == {"B": 1}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("said", [["memory"], {"k": 1}, 7, None, "timeout", "crash", "no_such_kind", "exception"])
+def test_an_error_kind_the_worker_may_not_claim_is_shown_as_an_exception(said, monkeypatch):
+    """The worker names its own failure kind; a kind it may not claim (a timeout, a crash) or any
+    other JSON value is read as an exception of its code, never trusted or crashing the grader."""
+    worker = Worker("", Limits())
+    monkeypatch.setattr(worker, "_timed", lambda cls, label, wait: {"error": {"kind": said, "message": "m"}})
+    with pytest.raises(SubmissionError) as caught:
+        worker._answer("SelfAttention", "call", {"method": "forward"})
+    assert caught.value.kind == "exception" and caught.value.op == "forward"

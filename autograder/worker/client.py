@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 from ..errors import MachineError
 from . import namespaces, procfs, protocol, residue, wire
@@ -25,12 +26,32 @@ from .sandbox import Sandbox, UidUnavailable, harden_grader
 POLL_S = 0.05  # how often a wait wakes up to drain output
 RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
 DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files on disk are counted
-# Failures after which the worker is gone or untrustworthy: the class's other tests fail fast.
-# Failures that are a deadline passing: scored as timeouts, not errors.
-TIMEOUT_KINDS = ("timeout", "class_budget", "submission_budget", "import_timeout")
-FATAL_TO_CLASS = ("timeout", "class_budget", "submission_budget", "crash", "memory", "disk", "processes", "protocol")
-# Error kinds the worker may report itself; anything else it sends is shown as an exception.
-WORKER_KINDS = ("missing_class", "not_implemented", "exception", "bad_output", "contract", "memory")
+
+
+class Kind(NamedTuple):
+    """What one kind of SubmissionError means to the grader."""
+
+    reported: bool = False  # the worker may report it itself (anything else it sends is an exception)
+    timeout: bool = False  # a deadline passed: scored as a timeout, not an error
+    stops_class: bool = False  # the worker is gone or untrustworthy: the class's other tests fail fast
+    input_dependent: bool = False  # other inputs might avoid it: hypothesis shrinks it to the smallest example
+
+
+# Every kind of SubmissionError, each with its message `submission.<kind>` in the feedback catalogs.
+KINDS = {
+    "syntax_error": Kind(), "import_error": Kind(),
+    "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
+    "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
+    "contract": Kind(reported=True, input_dependent=True),
+    "memory": Kind(reported=True, stops_class=True),
+    "timeout": Kind(timeout=True, stops_class=True), "class_budget": Kind(timeout=True, stops_class=True),
+    "submission_budget": Kind(timeout=True, stops_class=True),
+    "crash": Kind(stops_class=True), "disk": Kind(stops_class=True), "processes": Kind(stops_class=True),
+    "protocol": Kind(stops_class=True),
+    # the same failures while the submission is being imported, before any class is involved
+    "import_timeout": Kind(timeout=True), "import_crash": Kind(), "import_memory": Kind(),
+    "import_disk": Kind(), "import_processes": Kind(), "import_protocol": Kind(),
+}
 
 
 class WorkerSetupError(MachineError):
@@ -40,10 +61,7 @@ class WorkerSetupError(MachineError):
 class SubmissionError(Exception):
     """The submission could not answer: it raised, was missing, timed out, crashed or overused.
 
-    kind is one of: syntax_error, import_error, missing_class, not_implemented, exception,
-    bad_output, contract, timeout, class_budget, submission_budget, crash, memory, disk, processes,
-    protocol; and import_timeout, import_crash, import_memory, import_disk, import_processes, import_protocol
-    for the same failures while the submission is being imported (before any class is involved).
+    kind is a key of KINDS, which says what each means to the grader.
     For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
     request is the position, among the requests Worker.calls sent together, of the one that got
     this answer; None when the worker answered none of them (a class already stopped, say).
@@ -76,10 +94,6 @@ class SubmissionHalted(BaseException):
     def __init__(self, error):
         super().__init__(str(error))
         self.error = error
-
-
-# Failures that depend on the inputs: hypothesis shrinks them to the smallest example.
-INPUT_DEPENDENT = ("exception", "bad_output", "contract")
 
 
 def _label(op, args):
@@ -151,7 +165,7 @@ class Worker:
                     answers += [exc] * (len(requests) - len(answers))
                     break
         failure = next((a for a in answers if isinstance(a, SubmissionError)), None)
-        if failure is not None and failure.kind not in INPUT_DEPENDENT:
+        if failure is not None and not KINDS[failure.kind].input_dependent:
             raise SubmissionHalted(failure)
         return answers
 
@@ -180,7 +194,8 @@ class Worker:
         reply = self._timed(cls, label, self._receive)
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
-            kind = error.get("kind") if error.get("kind") in WORKER_KINDS else "exception"
+            said = error.get("kind")  # anything JSON holds: only a declared kind's name is believed
+            kind = said if isinstance(said, str) and KINDS.get(said, Kind()).reported else "exception"
             raise SubmissionError(
                 kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
                 exc_type=str(error.get("type") or "")[:80] or None,
@@ -212,7 +227,7 @@ class Worker:
             exc.cls, exc.op = cls, label
             if exc.kind == "timeout":
                 exc.kind, exc.limit = kind, limit
-            if exc.kind in FATAL_TO_CLASS:
+            if KINDS[exc.kind].stops_class:
                 self.dead[cls] = exc
                 self.stop()
             if exc.kind == "submission_budget":
