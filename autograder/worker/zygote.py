@@ -17,6 +17,7 @@ Control protocol (a SOCK_SEQPACKET socket; one JSON datagram per message, fds by
   wait  {pid, timeout (seconds or null)} -> {"returncode": int, or null if still running}
 """
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -110,6 +111,8 @@ def main():
     worker = child.Worker(os.devnull)
     if len(sys.argv) > 2:  # the exercise's warm-up (exercise.yml's warm_up), run once before any fork
         runpy.run_path(sys.argv[2])["warm_up"](worker)
+    gc.collect()
+    gc.freeze()  # what the warm-up made, too: no fork's collector walks (and copies) it
     control.send(json.dumps({"ready": True}).encode())
     serve(control)
 
