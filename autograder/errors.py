@@ -3,7 +3,7 @@
 Modelled on hypothesis's errors.py: every error the grader raises about itself, its input or its
 machine derives from AutograderError, so `cli.main` turns any of them into one line on stderr and
 an exit code, never a traceback. What a *submission* does wrong is not here: that becomes an
-outcome (outcomes.py, worker/client.SubmissionError) and a grade, not an error of the command.
+outcome (outcomes.py, worker/submission_errors.SubmissionError) and a grade, not an error of the command.
 
 Exit codes: 0 done; 1 done, and what was checked is not right (a statement out of date, an audit
 survivor, a failed self-check); 2 UsageError; 3 MachineError; 4 GraderBug; 130 interrupted.

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from .errors import GraderBug
 from .properties import diagnosis
 from .properties.failures import PropertyFailure, current_example
-from .worker.client import KINDS, SubmissionError, SubmissionHalted
+from .worker.submission_errors import KINDS, SubmissionError, SubmissionHalted
 
 
 @dataclass

@@ -469,7 +469,7 @@ def test_uid_leases_are_exclusive_until_released():
 
 
 def test_feedback_catalogs_cover_every_failure_kind():
-    from autograder.worker.client import KINDS
+    from autograder.worker.submission_errors import KINDS
 
     assert len(KINDS) == 21
     for language in ("es", "en"):
@@ -481,7 +481,7 @@ def test_every_kind_a_submission_error_is_raised_with_is_declared():
     """The grader's own SubmissionError("kind", ...) calls name only kinds of KINDS (else outcomes.py
     and the class stop would fail on them); what the worker sends is mapped by Kind.reported."""
     import re
-    from autograder.worker.client import KINDS
+    from autograder.worker.submission_errors import KINDS
 
     package = Path(feedback.__file__).resolve().parent.parent
     raised = {kind for path in package.rglob("*.py")

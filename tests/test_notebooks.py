@@ -20,7 +20,8 @@ from autograder import feedback, submission
 from autograder.config import Limits
 from autograder.outcomes import Outcome
 from autograder.submission import LINES_MARKER, SubmissionUnreadable, cell_lines, notebook_source
-from autograder.worker.client import SubmissionError, Worker
+from autograder.worker.client import Worker
+from autograder.worker.submission_errors import SubmissionError
 
 NOTEBOOKS = Path(__file__).resolve().parent / "submissions" / "notebooks"
 COLAB = NOTEBOOKS / "colab_correct.ipynb"

@@ -8,6 +8,7 @@ import pytest
 
 import conftest
 from autograder import cli
+from autograder.config import Limits
 from autograder.worker import client
 
 pytestmark = pytest.mark.unit
@@ -28,7 +29,7 @@ def test_the_guard_refuses_workers_subprocesses_and_forks_in_a_unit_test_and_the
     patch = conftest._guarded(Item("unit"))
     try:
         with pytest.raises(conftest.UnitTierViolation, match="Worker.start"):
-            client.Worker("", None).start()
+            client.Worker("", Limits()).start()
         with pytest.raises(conftest.UnitTierViolation, match="subprocess"):
             subprocess.run([sys.executable, "-c", "pass"])
         with pytest.raises(conftest.UnitTierViolation, match="fork"):

@@ -9,7 +9,7 @@ import torch
 from autograder.properties import checks, reference
 from autograder.properties.failures import PropertyFailure
 from autograder.properties import harness
-from autograder.worker.client import SubmissionError
+from autograder.worker.submission_errors import SubmissionError
 
 
 def code_of(check, *args, **kwargs):

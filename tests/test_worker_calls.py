@@ -12,7 +12,8 @@ import pytest
 
 from autograder.config import Limits
 from autograder.worker import parameters
-from autograder.worker.client import SubmissionError, SubmissionHalted, Worker
+from autograder.worker.client import Worker
+from autograder.worker.submission_errors import SubmissionError, SubmissionHalted
 
 SOURCE = textwrap.dedent('''
     import time

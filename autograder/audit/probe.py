@@ -19,7 +19,7 @@ import numpy as np
 
 from ..grade import close_to_workers
 from ..properties.harness import BUILD_CONFIG, CONTRACT_LAYERS
-from ..worker.client import SubmissionError, SubmissionHalted
+from ..worker.submission_errors import SubmissionError, SubmissionHalted
 from ..worker.sandbox import worker_uid
 
 RTOL, ATOL = 1e-5, 1e-6

@@ -363,7 +363,7 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     well, that error is the submission's. Other errors on meta (a tensor made on the CPU,
     .cpu(), .numpy(): torch names the devices) fail as before.
     """
-    from ..worker.client import SubmissionError
+    from ..worker.submission_errors import SubmissionError
 
     def shapes_of(reply):
         for index, what, shape in zip(range(len(reply.outputs)), ("output", "weights"), expected_shapes):
@@ -376,7 +376,7 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
         try:
             return shapes_of(call(device))
         except SubmissionError as exc:
-            if exc.kind != "exception":
+            if not exc.raised:
                 raise
             if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
                 where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..exercise import EXERCISE
 from ..worker import parameters
-from ..worker.client import SubmissionError, SubmissionHalted
+from ..worker.submission_errors import SubmissionError, SubmissionHalted
 from .failures import PropertyFailure, as_array, calling, exchanged
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
@@ -306,7 +306,7 @@ def runs_until_failure(module, *calls):
         return module.runs(*calls), None
     except SubmissionError as error:
         index = getattr(error, "request", None)
-        if error.kind != "exception" or index is None or index < offset:
+        if not error.raised or index is None or index < offset:
             raise
         return None, (index - offset, error)
 

@@ -1,11 +1,12 @@
 """The grader's side of the trust boundary: starts the worker, sends requests, enforces limits.
 
 Every request into the submission goes through Worker.call (or Worker.calls, which sends a few
-at once and reads every answer). Each gets a deadline of its own (the request timeout, capped by
-what is left of its class's and the submission's budgets); while it waits, the grader watches
-the resident memory and process count of the worker's session and drains the worker's output
-into a capped buffer. A class that timed out or crashed the worker is marked
-dead, so its remaining tests fail at once with the same reason instead of each waiting again.
+at once and reads every answer). Worker owns the process's life and the framing; each request
+gets the deadline of the tightest of its time budgets (budgets.py), and while it waits the grader
+samples the worker's memory, processes and disk (watch.py) and drains its output into a capped
+buffer (capture.py). What the submission can fail with is in submission_errors.py. A class that
+timed out or crashed the worker is marked dead, so its remaining tests fail at once with the same
+reason instead of each waiting again.
 Nothing the worker sends is believed beyond its plain values: its replies are size-capped
 frames of JSON and raw arrays, its output is kept only up to limits.output_kib per test.
 """
@@ -15,99 +16,27 @@ import signal
 import subprocess
 import sys
 import time
-from typing import NamedTuple
 
 from ..errors import MachineError
-from . import namespaces, procfs, protocol, residue, wire
+from . import protocol, wire
 from ..submission import cell_lines
-from ..text import clean, clean_tree
+from ..text import clean_tree
+from .budgets import Budgets
+from .capture import OutputCapture
 from .sandbox import Sandbox, UidUnavailable, harden_grader
+from .submission_errors import KINDS, Kind, SubmissionError, SubmissionHalted
+from .watch import ResourceWatch, worker_processes
 
 POLL_S = 0.05  # how often a wait wakes up to drain output
-RESOURCE_CHECK_S = 0.1  # how often memory and processes are counted (a /proc scan costs ~5 ms)
-DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files on disk are counted
-
-
-class Kind(NamedTuple):
-    """What one kind of SubmissionError means to the grader."""
-
-    reported: bool = False  # the worker may report it itself (anything else it sends is an exception)
-    timeout: bool = False  # a deadline passed: scored as a timeout, not an error
-    stops_class: bool = False  # the worker is gone or untrustworthy: the class's other tests fail fast
-    input_dependent: bool = False  # other inputs might avoid it: hypothesis shrinks it to the smallest example
-
-
-# Every kind of SubmissionError, each with its message `submission.<kind>` in the feedback catalogs.
-KINDS = {
-    "syntax_error": Kind(), "import_error": Kind(),
-    "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
-    "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
-    "contract": Kind(reported=True, input_dependent=True),
-    "memory": Kind(reported=True, stops_class=True),
-    "timeout": Kind(timeout=True, stops_class=True), "class_budget": Kind(timeout=True, stops_class=True),
-    "submission_budget": Kind(timeout=True, stops_class=True),
-    "crash": Kind(stops_class=True), "disk": Kind(stops_class=True), "processes": Kind(stops_class=True),
-    "protocol": Kind(stops_class=True),
-    # the same failures while the submission is being imported, before any class is involved
-    "import_timeout": Kind(timeout=True), "import_crash": Kind(), "import_memory": Kind(),
-    "import_disk": Kind(), "import_processes": Kind(), "import_protocol": Kind(),
-}
 
 
 class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 
-class SubmissionError(Exception):
-    """The submission could not answer: it raised, was missing, timed out, crashed or overused.
-
-    kind is a key of KINDS, which says what each means to the grader.
-    For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
-    request is the position, among the requests Worker.calls sent together, of the one that got
-    this answer; None when the worker answered none of them (a class already stopped, say).
-    """
-
-    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None):
-        super().__init__(f"{kind}: {message}")
-        self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
-        self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
-        self.request = None
-
-    def again(self):
-        """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
-        return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
-                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell)
-
-    def as_dict(self):
-        found = {
-            "kind": self.kind, "message": self.message, "line": self.line,
-            "exc_type": self.exc_type, "cls": self.cls, "op": self.op, "limit": self.limit,
-        }
-        return found if self.cell is None else {**found, "cell": self.cell}
-
-
-class SubmissionHalted(BaseException):
-    """Carries a SubmissionError that no other input would avoid (a crash, a timeout, code not
-    written yet). Like pytest's own outcomes it is a BaseException, so hypothesis stops at once
-    instead of searching for a smaller example of a failure that does not depend on one."""
-
-    def __init__(self, error):
-        super().__init__(str(error))
-        self.error = error
-
-
 def _label(op, args):
     """How a request is named in failures: the method it calls, or __init__ for a build."""
     return args.get("method") or ("__init__" if op == "build" else op)
-
-
-def _worker_processes(session, uid=None):
-    """(pid, rss_bytes) of every process of the submission: as root, every process of the
-    worker's uid, what left the session (setsid) included, and no root stand-in of namespaces.py;
-    otherwise every process in the worker's session."""
-    if uid is not None:
-        return [(p.pid, p.rss) for p in procfs.processes() if p.uid == uid]
-    return [(p.pid, p.rss) for p in procfs.processes() if p.session == session]
 
 
 class Worker:
@@ -123,12 +52,9 @@ class Worker:
         self.sandbox = None
         self.fatal = None
         self.dead = {}
-        self.spent = {}
-        self.started = time.monotonic()
-        self.output = bytearray()
-        self.output_dropped = 0
-        self.peak_rss = 0
-        self.last_check = self.last_disk_check = 0.0
+        self.budgets = Budgets(limits)
+        self.output = OutputCapture(limits.output_kib * 1024)
+        self.watch = ResourceWatch(limits)
         self.layers = []
         self.cuda = None  # sees_cuda's answer, once asked
 
@@ -217,7 +143,7 @@ class Worker:
     def _timed(self, cls, label, step):
         """Run step(deadline) under the tightest of the request's, class's and submission's
         budgets, charging the time to the class; a failure marks the class or the worker."""
-        kind, budget, limit = self._budget(cls)
+        kind, budget, limit = self.budgets.tightest(cls)
         begin = time.monotonic()
         try:
             if budget <= 0:
@@ -234,36 +160,21 @@ class Worker:
                 self.fatal = exc
             raise
         finally:
-            self.spent[cls] = self.spent.get(cls, 0.0) + time.monotonic() - begin
-
-    def _budget(self, cls):
-        """(kind, seconds, limit) of the tightest deadline for the next request of class cls.
-
-        kind names the failure if that deadline passes: the request's own timeout, the class's
-        total time, or the whole submission's.
-        """
-        limits = self.limits
-        candidates = (
-            ("timeout", limits.request_s, limits.request_s),
-            ("class_budget", limits.class_s - self.spent.get(cls, 0.0), limits.class_s),
-            ("submission_budget", limits.submission_s - (time.monotonic() - self.started), limits.submission_s),
-        )
-        return min(candidates, key=lambda candidate: candidate[1])
+            self.budgets.charge(cls, time.monotonic() - begin)
 
     def take_output(self):
         """What the submission printed since the last call, capped to limits.output_kib."""
-        text = clean(self.output.decode("utf-8", "replace"))
-        if self.output_dropped:
-            text += f"\n[... {self.output_dropped} bytes more]"
-        self.output.clear()
-        self.output_dropped = 0
-        return text
+        return self.output.take()
+
+    @property
+    def peak_rss(self):
+        return self.watch.peak_rss
 
     def stop(self):
         """Kill the worker's whole session, then let the sandbox kill and remove everything of its uid."""
         if self.proc is None:
             return
-        for pid, _ in _worker_processes(self.proc.pid):
+        for pid, _ in worker_processes(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -329,12 +240,10 @@ class Worker:
         if self.ready:
             return
         elapsed = time.monotonic() - self.spawned_at
-        budget = min(self.limits.import_s - elapsed, self.limits.submission_s - (time.monotonic() - self.started))
+        budget = min(self.limits.import_s - elapsed, self.budgets.submission_left())
         try:
             ready = self._receive(time.monotonic() + budget)
-            # What the import left counts against the import, whenever the last periodic check ran.
-            self.last_check = self.last_disk_check = 0.0
-            self._check_resources()
+            self.watch.check_now(self.proc.pid, self.sandbox)
         except SubmissionError as exc:
             exc.kind, exc.op = "import_" + exc.kind, "import"
             if exc.kind == "import_timeout":
@@ -367,7 +276,7 @@ class Worker:
                 raise SubmissionError("timeout")
             readable, writable, _ = select.select(self._outputs(), [self.request_fd], [], min(remaining, POLL_S))
             self._drain_output(readable)
-            self._check_resources()
+            self.watch.check(self.proc.pid, self.sandbox)
             if writable:
                 try:
                     view = view[os.write(self.request_fd, view):]
@@ -393,7 +302,7 @@ class Worker:
                 if not chunk:
                     raise self._crash()
                 self.inbox += chunk
-            self._check_resources()
+            self.watch.check(self.proc.pid, self.sandbox)
 
     def _take_reply(self):
         """Cut the first whole frame off the inbox and decode it; None while it is incomplete."""
@@ -419,43 +328,7 @@ class Worker:
         if self.output_fd in readable:
             chunk = os.read(self.output_fd, 1 << 16)
             self.output_open = bool(chunk)
-            self._keep_output(chunk)
-
-    def _keep_output(self, chunk):
-        room = self.limits.output_kib * 1024 - len(self.output)
-        self.output += chunk[: max(room, 0)]
-        self.output_dropped += max(len(chunk) - max(room, 0), 0)
-
-    def _check_resources(self):
-        now = time.monotonic()
-        if now - self.last_check < RESOURCE_CHECK_S:
-            return
-        self.last_check = now
-        processes = _worker_processes(self.proc.pid, self.sandbox.uid)
-        outside = self._memory_outside_processes(processes)
-        rss = sum(size for _, size in processes) + outside
-        self.peak_rss = max(self.peak_rss, rss)
-        if rss > self.limits.memory_mib << 20:
-            shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if outside >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
-            raise SubmissionError("memory", shown, limit=self.limits.memory_mib)
-        if self.sandbox.uid is not None and not self.sandbox.isolate and now - self.last_disk_check >= DISK_CHECK_S:
-            self.last_disk_check = now  # the scratch tmpfs bounds what a worker in namespaces writes
-            if self.sandbox.disk_bytes() > self.limits.disk_mib << 20:
-                raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
-        if len(processes) > self.limits.processes:
-            raise SubmissionError("processes", f"{len(processes)} processes", limit=self.limits.processes)
-
-    def _memory_outside_processes(self, processes):
-        """Memory the submission holds that no RSS shows (as root only), sampled as often as RSS:
-        a second is enough to fill a container. memfds and deleted files kept open, plus its
-        scratch tmpfs in namespaces, or else its /dev/shm files and System V segments. Each scan
-        is a few system calls for an honest worker and stops at residue.MAX_ENTRIES files."""
-        if self.sandbox.uid is None:
-            return 0
-        held = residue.held_bytes(pid for pid, _ in processes)
-        if self.sandbox.isolate:
-            return held + namespaces.scratch_used(pid for pid, _ in processes)
-        return held + residue.shm_bytes(self.sandbox.uid)
+            self.output.keep(chunk)
 
     def _crash(self):
         try:

@@ -3,8 +3,8 @@
 child.py answers five operations. A submission can rewrite the worker in memory and send anything
 in their place, so each reply is checked here, by operation, before any property reads it: types,
 keys, and sizes bounded like the wire's. A reply that does not fit is a protocol failure of the
-submission (client.SubmissionError "protocol"), never an exception inside the grader, which would
-be reported as the grading machine's fault.
+submission (submission_errors.SubmissionError "protocol"), never an exception inside the grader,
+which would be reported as the grading machine's fault.
 
   ready     {"classes": [str]}                       after importing the submission
   build     {"params": {name: shape}}                the module's parameters

@@ -1,0 +1,77 @@
+"""What a submission can fail with when the grader asks it something: one SubmissionError, its
+kinds declared once (KINDS), and SubmissionHalted for the failures no other input would avoid.
+
+These are outcomes of the submission, not errors of the grader (autograder/errors.py): the
+suite turns them into a test's failure, timeout or error (outcomes.py) with the Spanish
+message `submission.<kind>` of the feedback catalogs.
+"""
+from typing import NamedTuple
+
+
+class Kind(NamedTuple):
+    """What one kind of SubmissionError means to the grader."""
+
+    reported: bool = False  # the worker may report it itself (anything else it sends is an exception)
+    timeout: bool = False  # a deadline passed: scored as a timeout, not an error
+    stops_class: bool = False  # the worker is gone or untrustworthy: the class's other tests fail fast
+    input_dependent: bool = False  # other inputs might avoid it: hypothesis shrinks it to the smallest example
+
+
+# Every kind of SubmissionError, each with its message `submission.<kind>` in the feedback catalogs.
+KINDS = {
+    "syntax_error": Kind(), "import_error": Kind(),
+    "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
+    "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
+    "contract": Kind(reported=True, input_dependent=True),
+    "memory": Kind(reported=True, stops_class=True),
+    "timeout": Kind(timeout=True, stops_class=True), "class_budget": Kind(timeout=True, stops_class=True),
+    "submission_budget": Kind(timeout=True, stops_class=True),
+    "crash": Kind(stops_class=True), "disk": Kind(stops_class=True), "processes": Kind(stops_class=True),
+    "protocol": Kind(stops_class=True),
+    # the same failures while the submission is being imported, before any class is involved
+    "import_timeout": Kind(timeout=True), "import_crash": Kind(), "import_memory": Kind(),
+    "import_disk": Kind(), "import_processes": Kind(), "import_protocol": Kind(),
+}
+
+
+class SubmissionError(Exception):
+    """The submission could not answer: it raised, was missing, timed out, crashed or overused.
+
+    kind is a key of KINDS, which says what each means to the grader.
+    For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
+    request is the position, among the requests Worker.calls sent together, of the one that got
+    this answer; None when the worker answered none of them (a class already stopped, say).
+    """
+
+    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None):
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
+        self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
+        self.request = None
+
+    @property
+    def raised(self):
+        """The submission's own code raised (rather than timing out, crashing or overusing)."""
+        return self.kind == "exception"
+
+    def again(self):
+        """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
+        return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
+                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell)
+
+    def as_dict(self):
+        found = {
+            "kind": self.kind, "message": self.message, "line": self.line,
+            "exc_type": self.exc_type, "cls": self.cls, "op": self.op, "limit": self.limit,
+        }
+        return found if self.cell is None else {**found, "cell": self.cell}
+
+
+class SubmissionHalted(BaseException):
+    """Carries a SubmissionError that no other input would avoid (a crash, a timeout, code not
+    written yet). Like pytest's own outcomes it is a BaseException, so hypothesis stops at once
+    instead of searching for a smaller example of a failure that does not depend on one."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
