@@ -43,7 +43,6 @@ class Collected(NamedTuple):
     """What grading one submission produced, before scoring."""
 
     outcomes: list
-    source_sha256: str | None
     peak_rss_mib: float
     isolation: list  # the layers the worker ran under (sandbox.Sandbox.layers); [] if it never ran
 
@@ -53,7 +52,6 @@ class Graded:
     outcomes: list
     scored: scoring.Scorecard
     seconds: float
-    source_sha256: str | None
     peak_rss_mib: float = 0.0
     isolation: list = dataclasses.field(default_factory=list)
 
@@ -100,7 +98,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         loaded = submission.load(path)
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
-        return Collected(outcomes, None, 0.0, [])
+        return Collected(outcomes, 0.0, [])
     uid = worker_uid(slot)
     if uid is not None:
         close_to_workers(private)
@@ -112,8 +110,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         outcomes = run_properties(worker, config)
     finally:
         worker.stop()
-    return Collected(outcomes, hashlib.sha256(loaded.source.encode()).hexdigest(), worker.peak_rss / 2**20,
-                     worker.layers)
+    return Collected(outcomes, worker.peak_rss / 2**20, worker.layers)
 
 
 def grade(path, config, out_dir=None, slot=0, previous=None):
@@ -124,8 +121,8 @@ def grade(path, config, out_dir=None, slot=0, previous=None):
     # top of results.json, once; each of those tests says it in one line.
     scored = scoring.score(collected.outcomes, config)
     overview = feedback.overview(collected.outcomes, config.language)
-    graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.source_sha256,
-                    collected.peak_rss_mib, collected.isolation)
+    graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.peak_rss_mib,
+                    collected.isolation)
     if out_dir is not None:
         version, suite_hash = suite_version(config)
         data = results.build(

@@ -31,7 +31,7 @@ class Instant:
             if len(self.tasks) == self.stop_after:
                 raise KeyboardInterrupt
             self.tasks.append(task)
-            yield task, Result([o.as_dict() for o in self.outcomes], "", 1.0, 0.1)
+            yield task, Result([o.as_dict() for o in self.outcomes], 1.0, 0.1)
 
     def close(self, cancel=False):
         pass

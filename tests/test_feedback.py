@@ -52,7 +52,7 @@ def stub_outcomes():
 
 def fake_grading(monkeypatch, outcomes):
     """grade.grade with collect_outcomes answering `outcomes`: what grade() makes of them, no worker."""
-    monkeypatch.setattr(grade, "collect_outcomes", lambda *args, **kwargs: grade.Collected(outcomes, None, 0.0, []))
+    monkeypatch.setattr(grade, "collect_outcomes", lambda *args, **kwargs: grade.Collected(outcomes, 0.0, []))
 
 
 def written(tmp_path, outcomes, monkeypatch, language="es", previous=None):

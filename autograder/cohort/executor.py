@@ -51,7 +51,6 @@ class Task:
 @dataclass(frozen=True)
 class Result:
     outcomes: list  # Outcome.as_dict() of every graded property
-    source_sha256: str
     peak_rss_mib: float
     seconds: float
 
@@ -79,7 +78,7 @@ def _grade_in_slot(slot, task, config_text, worker_class, scratch):
     submission_file.write_text(task["source"], encoding="utf-8")
     started = time.monotonic()
     collected = collect_outcomes(submission_file, config, slot, worker_class=worker_class)
-    return {"outcomes": [o.as_dict() for o in collected.outcomes], "source_sha256": collected.source_sha256,
+    return {"outcomes": [o.as_dict() for o in collected.outcomes],
             "peak_rss_mib": round(collected.peak_rss_mib, 1), "seconds": round(time.monotonic() - started, 3)}
 
 
