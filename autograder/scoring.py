@@ -62,7 +62,7 @@ class Scorecard(Sequence):
         return {cls: sum(t.score for t in self.tests if t.cls == cls) for cls in self.classes}
 
     def shown(self):
-        """The tests a student sees before the due date (hidden ones left out)."""
+        """The tests a student's report page shows: all but the hidden ones."""
         return [t for t in self.tests if t.visibility != "hidden"]
 
 
