@@ -33,7 +33,7 @@ def assert_explained(error):
         template = feedback.catalog(language)["failures"].get("load." + error.code)
         assert template, f"no {language} message for load.{error.code}"
         fields = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-        assert fields <= set(error.params), (error.code, fields, error.params)
+        assert fields <= set(error.params) | set(feedback.GIVEN), (error.code, fields, error.params)
     json.dumps(error.params, ensure_ascii=False).encode("utf-8")
     for value in error.params.values():
         for text in value if isinstance(value, list) else [value]:

@@ -124,8 +124,12 @@ def catalog(language):
     return merged
 
 
+# What every template may name besides its outcome's parameters: the file the engine's texts say.
+GIVEN = {"submission": EXERCISE.submission}
+
+
 def _fill(template, params, words):
-    values = {"submission": EXERCISE.submission, **params}  # the file name the engine's texts say
+    values = {**GIVEN, **params}
     return _FORMATTER.vformat(template, (), _Lenient({k: _value(v, words) for k, v in values.items()}))
 
 
