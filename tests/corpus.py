@@ -5,6 +5,7 @@ figures of issue 10): grading through `batch` uses warm slots, so a whole corpus
 not one cold start per file.
 """
 import dataclasses
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -59,9 +60,9 @@ class Graded:
     outcomes: dict  # (cls, prop) -> Outcome
     card: scoring.Scorecard
 
-    @property
+    @functools.cached_property
     def scored(self):
-        """(cls, prop) -> ScoredTest."""
+        """(cls, prop) -> ScoredTest (built once: the measures read it in loops)."""
         return {(t.cls, t.prop): t for t in self.card}
 
     @property

@@ -97,7 +97,6 @@ class Graded:
         return ", ".join(s.name or s.email or s.sid for s in self.submitters) or self.key
 
 
-
 def page_name(key):
     """The file name (without suffix) of a submission's pages, from its key alone: the key itself when it
     is a plain lowercase name, else its sanitized form, `~` and a sha256 prefix of the key. `~` is in no
