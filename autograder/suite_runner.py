@@ -79,6 +79,13 @@ class Collector:
     def pytest_runtest_setup(self, item):
         diagnosis.begin(*self._key(item))  # a property starts: nothing diagnosed yet (properties/diagnosis.py)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        """A test passes only if its class is within its limits when it ends (Worker.check_limits)."""
+        result = yield
+        self._worker.check_limits(self._key(item)[0])
+        return result
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item, call):
         """Record the outcome and hand pytest a bare report: nobody reads pytest's rendering of a

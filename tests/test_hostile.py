@@ -349,8 +349,8 @@ def test_tampering_earns_nothing(graded, name):
 def test_memory_outside_processes_is_counted_or_bounded(graded):
     """48 × 16 MiB in /dev/shm and 12 × 64 MiB of System V segments (1.5 GiB, no RSS) either stop
     SelfAttention for memory, or could not be made beyond the sandbox's scratch space. Memory is
-    sampled every 100 ms, like RSS: a forward that fills it faster may end its own test first,
-    and the class stops at the next sample."""
+    sampled every 100 ms, like RSS, and again as each test ends: the first test that runs forward
+    fails, however loaded the machine (CI once saw the class stop at its fourth test)."""
     report = graded["sa_shm_hog"]
     attacked = by_class(report)["SelfAttention"]
     held = [int(line.split()[1]) for o in attacked for line in o.output.splitlines() if line.startswith("held ")]
@@ -358,7 +358,7 @@ def test_memory_outside_processes_is_counted_or_bounded(graded):
         assert held and max(held) <= 2 * 64  # the scratch tmpfs, and System V capped to its size
     else:
         stopped = next(i for i, o in enumerate(attacked) if o.code == "submission.memory")
-        assert stopped <= 1 and all(o.status != "passed" for o in attacked[stopped:])
+        assert stopped == 0 and all(o.status != "passed" for o in attacked[stopped:])
     for cls, outcomes in by_class(report).items():
         if cls != "SelfAttention":
             assert all(o.status == "passed" for o in outcomes), cls

@@ -57,6 +57,7 @@ class Worker:
         self.watch = ResourceWatch(limits)
         self.layers = []
         self.cuda = None  # sees_cuda's answer, once asked
+        self.last_label = {}  # class -> what its latest request called ("forward", "build"...)
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
@@ -94,6 +95,19 @@ class Worker:
         if failure is not None and not KINDS[failure.kind].input_dependent:
             raise SubmissionHalted(failure)
         return answers
+
+    def check_limits(self, owner):
+        """Sample memory, processes and disk now, on behalf of class `owner`, and fail as its
+        latest request would have. Called as each test ends, so that whether a test passes never
+        depends on where the 100 ms samples fell: on a loaded machine, a test that filled memory
+        outside any RSS and returned quickly could pass, and the next few with it."""
+        if self.proc is None or not self.ready or self.fatal or owner in self.dead:
+            return
+        try:
+            self.watch.check_now(self.proc.pid, self.sandbox)
+        except SubmissionError as exc:
+            self._failed(owner, self.last_label.get(owner, "forward"), exc)
+            raise SubmissionHalted(exc) from None
 
     def sees_cuda(self, owner):
         """Whether the worker sees a GPU (asked once, on behalf of class `owner`): then the device
@@ -144,23 +158,28 @@ class Worker:
         """Run step(deadline) under the tightest of the request's, class's and submission's
         budgets, charging the time to the class; a failure marks the class or the worker."""
         kind, budget, limit = self.budgets.tightest(cls)
+        self.last_label[cls] = label
         begin = time.monotonic()
         try:
             if budget <= 0:
                 raise SubmissionError("timeout")
             return step(begin + budget)
         except SubmissionError as exc:
-            exc.cls, exc.op = cls, label
             if exc.kind == "timeout":
                 exc.kind, exc.limit = kind, limit
-            if KINDS[exc.kind].stops_class:
-                self.dead[cls] = exc
-                self.stop()
-            if exc.kind == "submission_budget":
-                self.fatal = exc
+            self._failed(cls, label, exc)
             raise
         finally:
             self.budgets.charge(cls, time.monotonic() - begin)
+
+    def _failed(self, cls, label, exc):
+        """Name the failed request, and stop its class or the whole worker if its kind says so."""
+        exc.cls, exc.op = cls, label
+        if KINDS[exc.kind].stops_class:
+            self.dead[cls] = exc
+            self.stop()
+        if exc.kind == "submission_budget":
+            self.fatal = exc
 
     def take_output(self):
         """What the submission printed since the last call, capped to limits.output_kib."""

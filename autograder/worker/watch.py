@@ -29,17 +29,19 @@ class ResourceWatch:
         self.last_check = self.last_disk_check = 0.0
 
     def check_now(self, session, sandbox):
-        """Sample at once (what an import left counts against the import, whenever the last sample ran)."""
-        self.last_check = self.last_disk_check = 0.0
-        self.check(session, sandbox)
+        """Sample at once, disk included: what an import left counts against the import, and what
+        a test left against that test (Worker.check_limits), wherever the last sample fell."""
+        self._sample(session, sandbox, disk=True)
 
     def check(self, session, sandbox):
-        """Raise a SubmissionError (memory, disk, processes) if a limit is passed; samples at most
-        every RESOURCE_CHECK_S (disk every DISK_CHECK_S)."""
+        """Sample if RESOURCE_CHECK_S passed since the last sample (the disk: DISK_CHECK_S)."""
         now = time.monotonic()
-        if now - self.last_check < RESOURCE_CHECK_S:
-            return
-        self.last_check = now
+        if now - self.last_check >= RESOURCE_CHECK_S:
+            self._sample(session, sandbox, disk=now - self.last_disk_check >= DISK_CHECK_S)
+
+    def _sample(self, session, sandbox, disk):
+        """Raise a SubmissionError (memory, disk, processes) if a limit is passed."""
+        self.last_check = now = time.monotonic()
         processes = worker_processes(session, sandbox.uid)
         outside = self._memory_outside_processes(processes, sandbox)
         rss = sum(size for _, size in processes) + outside
@@ -47,7 +49,7 @@ class ResourceWatch:
         if rss > self.limits.memory_mib << 20:
             shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if outside >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
             raise SubmissionError("memory", shown, limit=self.limits.memory_mib)
-        if sandbox.uid is not None and not sandbox.isolate and now - self.last_disk_check >= DISK_CHECK_S:
+        if disk and sandbox.uid is not None and not sandbox.isolate:
             self.last_disk_check = now  # the scratch tmpfs bounds what a worker in namespaces writes
             if sandbox.disk_bytes() > self.limits.disk_mib << 20:
                 raise SubmissionError("disk", f"> {self.limits.disk_mib} MiB", limit=self.limits.disk_mib)
