@@ -30,6 +30,7 @@ import re
 import stat
 import struct
 import symtable
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -363,10 +364,11 @@ def _cell_python(source):
                 and PurePosixPath(words[-1].strip("'\"")).name == EXERCISE.submission):
             return "", None
         lines[first] = ""
+    ipython = _ipython_lines(lines)
     blank, with_pass, code_seen = [], [], False
-    for line in lines:
+    for index, line in enumerate(lines):
         stripped = line.lstrip()
-        if stripped.startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line):
+        if index in ipython:
             indent = line[:len(line) - len(stripped)]
             blank.append("")
             with_pass.append(indent + "pass" if indent and code_seen else "")
@@ -375,6 +377,42 @@ def _cell_python(source):
             blank.append(line)
             with_pass.append(line)
     return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None)
+
+
+def _is_ipython(line):
+    return line.lstrip().startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line)
+
+
+def _ipython_lines(lines):
+    """The indexes of a cell's IPython lines (!cmd, %magic, x = !cmd, obj?): only those that begin a
+    statement, as IPython reads them. Inside brackets, a string or after a backslash, a line such
+    as `!= limit` or `% heads` (an operator wrapped onto its own line) is Python. The tokenizer asks
+    for one line at a time, after yielding every token of the one before, so each line is judged
+    on the code above it, IPython lines already blanked; from a line it cannot read on (code that
+    is not Python), the lines left are judged by how they start."""
+    found, lines_read = set(), 0
+    depth, at_start = 0, True
+
+    def readline():
+        nonlocal lines_read
+        if lines_read == len(lines):
+            return ""
+        index, lines_read = lines_read, lines_read + 1
+        if at_start and depth == 0 and _is_ipython(lines[index]):
+            found.add(index)
+            return "\n"
+        return lines[index] + "\n"
+
+    try:
+        for token in tokenize.generate_tokens(readline):
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth = max(depth - 1, 0)
+            at_start = token.type in (tokenize.NEWLINE, tokenize.NL)
+    except (tokenize.TokenError, SyntaxError):
+        found.update(i for i in range(lines_read, len(lines)) if _is_ipython(lines[i]))
+    return found
 
 
 def _statements(tree, code, cell):

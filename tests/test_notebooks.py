@@ -247,6 +247,21 @@ def test_a_bash_cell_is_not_python_and_costs_nothing():
     assert names(source) == ["SelfAttention"] and cell_lines(source).locate(1) == (2, 1)
 
 
+@pytest.mark.parametrize("wrapped", [
+    "        if (x.size(-1)\n                != self.d):\n            raise ValueError('x')",  # PEP 8: break before the operator
+    "        if (self.d\n                % 2):\n            raise ValueError('x')",
+    "        if self.d \\\n                != 4:\n            raise ValueError('x')",  # a backslash continuation
+    "        s = '''\n        !pip install nada\n        % no es magia\n        '''",  # a string
+])
+def test_a_line_that_continues_a_statement_is_python_not_ipython(wrapped):
+    """Only a line that begins a statement is IPython's: an operator wrapped onto its own line is
+    code. Blanking it turned `if (a\n != b):` into `if (a):`, always true, and raised in valid code."""
+    cell = f"class SelfAttention:\n    d = 4\n\n    def forward(self, x):\n{wrapped}\n        return x\n!pip install einops"
+    source = code_of(kept(cell))
+    assert wrapped in source and "pip install einops" not in source
+    compile(source, "attention.py", "exec")
+
+
 def test_line_magics_shell_and_help_lines_are_dropped_keeping_line_numbers():
     cells = (
         "%matplotlib inline\n!pip install einops\nfiles = !ls\nout, err = %sx ls\ntorch.nn.Linear?\n??torch\n"
