@@ -94,8 +94,14 @@ def test_nan_rows_under_a_mask_point_at_masked_zero(scores, mask):
 
 # ---- masked_zero: a softmax over the queries -----------------------------------------------------
 
+class MaskReply(tuple):
+    """A call's (output, weights), with the inputs it changed in place (none)."""
+    modified = ()
+
+
 class Replies:
-    """A module for masks_accepted: each call's weights, computed by `weights(mask)`."""
+    """A module for masks_accepted: each call's weights computed by `weights(mask)`, and its output
+    from them (weights @ VALUES)."""
 
     _pending_build = None
 
@@ -103,12 +109,29 @@ class Replies:
         self.weights = weights
 
     def runs(self, *calls):
-        return [(None, self.weights(options["mask"])) for _, options in calls]
+        weights = [self.weights(options["mask"]) for _, options in calls]
+        return [MaskReply((w @ VALUES, w)) for w in weights]
+
+
+VALUES = np.random.default_rng(5).standard_normal((6, 2))
+
+
+def masks_accepted_code(module, scores, masks, fresh=None):
+    """masks_accepted's verdict, the reference being a right softmax over the scores, in float64;
+    fresh(): a new module like `module` (by default, module itself)."""
+    def expected(i):
+        weights = weights_of(scores, masks[i], dtype=np.float64)
+        return [(weights @ VALUES, 0.0, 1.0, "output"), (weights, 0.0, 1.0, "weights")]
+
+    def canonical(mask):
+        return [(np.broadcast_to(mask, (2, 1, 5, 6)).astype(np.float32), None)]
+
+    return code_of(checks.masks_accepted, module, [((), {"mask": m}) for m in masks], lambda i, reply: reply, masks,
+                   expected, {"mask": "mask"}, fresh or (lambda: module), canonical)
 
 
 def masked_zero_code(scores, masks, **how):
-    module = Replies(lambda m: weights_of(scores, m, **how))
-    return code_of(checks.masks_accepted, module, [((), {"mask": m}) for m in masks], lambda i, reply: reply, masks)
+    return masks_accepted_code(Replies(lambda m: weights_of(scores, m, **how)), scores, masks)
 
 
 def test_a_softmax_over_the_queries_points_at_rows_sum_to_one(scores):
@@ -126,8 +149,77 @@ def test_masks_read_wrongly_still_fail_masked_zero(scores, mask):
     assert masked_zero_code(scores, [mask], fill=-1e4) is None  # at magnitude ~1, -1e4 is still exactly 0
     # a softmax over the queries AND a leak: the leak is masked_zero's own
     leaking = Replies(lambda m: np.where(np.broadcast_to(m, scores.shape) == 0, 0.5, weights_of(scores, m, axis=-2)))
-    assert code_of(checks.masks_accepted, leaking, [((), {"mask": mask})], lambda i, r: r, [mask]) == \
-        "masked_weight_not_zero_mask"
+    assert masks_accepted_code(leaking, scores, [mask]) == "masked_weight_not_zero_mask"
+
+
+# ---- masked_zero: every form of mask means the same ----------------------------------------------
+
+def forms(mask):
+    """No mask, the first mask (float32, as reference_match sends it), the same rule as bool, long
+    and 2-D, and another float32 mask of the first form last (harness.other_mask)."""
+    return [None, mask, mask.astype(bool), mask.astype(np.int64), mask[0, 0], harness.other_mask(mask)]
+
+
+@pytest.mark.parametrize("mistake", [
+    lambda scores, m: weights_of(scores * (2 if m is not None and m.dtype == np.int64 else 1), m),  # long: another path
+    lambda scores, m: weights_of(scores) * m if m is not None and m.dtype == bool else weights_of(scores, m),  # after softmax
+    lambda scores, m: weights_of(scores, m * np.tril(np.ones(m.shape)) if m is not None and m.ndim == 2 else m),  # made causal
+])
+def test_a_mask_form_read_another_way_fails_masked_zero_once_the_first_form_is_right(scores, mask, mistake):
+    """Blocked weights stay 0 in each of these, yet the open ones are wrong: only comparing every
+    form of mask with the reference sees it (the wrong files of issue 10's second round)."""
+    module = Replies(lambda m: mistake(scores, m))
+    assert masks_accepted_code(module, scores, forms(mask)) == "mask_form_mismatch"
+
+
+def test_a_mask_kept_from_the_first_call_fails_masked_zero(scores, mask):
+    def keeping():
+        first = []
+        return Replies(lambda m: weights_of(scores, m if m is None else first[0] if first else first.append(m) or m))
+
+    assert masks_accepted_code(keeping(), scores, [None, mask, harness.other_mask(mask)], keeping) in (
+        "masked_weight_not_zero_mask", "mask_form_mismatch")
+
+
+def test_attention_wrong_on_some_inputs_whatever_the_mask_is_not_blamed_on_a_mask_form(scores, mask):
+    """Right without a mask and with the first one, wrong with the long mask of the same rule, and
+    as wrong with that rule as a float32 (B, Tq, Tk) mask: the inputs decide, not the mask's form
+    (an online softmax that forgets to rescale, say). That is reference_match's to report."""
+    seen = []
+
+    def some_inputs(m):
+        seen.append(m)
+        return weights_of(scores * (3 if len(seen) in (4, 7) else 1), m)  # call 4, and the twin's call
+
+    assert masks_accepted_code(Replies(some_inputs), scores, forms(mask)) is None
+    seen.clear()  # where the first form gives other outputs, the form is to blame
+    right = Replies(lambda m: weights_of(scores, m))
+    assert masks_accepted_code(Replies(some_inputs), scores, forms(mask), lambda: right) == "mask_form_mismatch"
+
+
+def test_every_correct_form_passes_and_a_module_wrong_with_every_mask_is_not_judged_here(scores, mask):
+    assert masked_zero_code(scores, forms(mask)) is None
+    assert masked_zero_code(scores, forms(mask), dtype=np.float64) is None
+    unscaled = Replies(lambda m: weights_of(scores * 3, m))  # wrong with every mask: reference_match's mistake
+    assert masks_accepted_code(unscaled, scores, forms(mask)) is None
+    # right with the first mask (by chance: few open keys), wrong without one: not a matter of mask forms
+    by_chance = Replies(lambda m: weights_of(scores, m) if m is not None and m.dtype == np.float32 else weights_of(scores * 3, m))
+    assert masks_accepted_code(by_chance, scores, forms(mask)) is None
+
+
+def test_a_mask_changed_in_place_fails_masked_zero_where_reference_match_cannot_see_it(scores, mask):
+    class Modifying(Replies):
+        changed_call = 1  # the first mask form, which reference_match sends too
+
+        def runs(self, *calls):
+            replies = super().runs(*calls)
+            changed = [MaskReply(r) for r in replies]
+            changed[self.changed_call].modified = ["mask"]
+            return changed
+
+    assert masks_accepted_code(Modifying(lambda m: weights_of(scores, m)), scores, forms(mask)) is None  # the first form: reference_match reports it
+    Modifying.changed_call = 2  # the bool mask, a form reference_match does not send
+    assert masks_accepted_code(Modifying(lambda m: weights_of(scores, m)), scores, forms(mask)) == "input_modified"
 
 
 # ---- large_inputs: what already fails at magnitude ~1 --------------------------------------------

@@ -253,6 +253,14 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+def dropout_redrawn(first, second, p, what):
+    """What dropout kept in two train-mode calls on the same input under other seeds (weights, or
+    causal_dropout's choices) differs: dropout draws a new mask in each call. n independent draws
+    agree everywhere with probability (p² + (1-p)²)^n; n >= 128 here (DROPOUT_DRAWS weights, or
+    B·h >= 128 heads), so below 1e-26 for every p of strategies.dropout_rates."""
+    require(not np.array_equal(first, second, equal_nan=True), "dropout_mask_reused", p=p, what=what)
+
+
 def causal_dropout(params, heads, x, p, trained, path):
     """CausalSelfAttention's train-mode output `trained` (B,T,C) for input x, judged by structure
     (torch's dropout masks cannot be predicted, and a correct module may draw them in any order):
@@ -281,6 +289,10 @@ def causal_dropout(params, heads, x, p, trained, path):
        (b, h) a visible drop has probability >= p(1-p) >= 3/16 for p in strategies.dropout_rates
        (C >= 1). The check uses B·h >= 128 such independent pairs, so a correct module shows no
        drop with probability <= (13/16)^128 < 3e-12.
+
+    Returns, per batch row b, which heads' weight of token 0 were kept (the choice of D[b, :, 0, 0]
+    that explains row (b, 0), as a number), or -1 where R dropped the whole row: what
+    dropout_redrawn compares between two calls.
     """
     B, T, C = x.shape
     hs = C // heads
@@ -317,7 +329,10 @@ def causal_dropout(params, heads, x, p, trained, path):
             b = int(np.argmax(unexplained))
             raise PropertyFailure("attn_dropout_misplaced", p=p, path=path, batch=b, token=t)
         dropped_rows += int((seen & (worst[:, -1] > 0)).sum())
+        if t == 0:
+            first_token = np.where(seen, worst.argmin(axis=-1), -1)
     require(dropped_rows > 0, "attn_dropout_missing", p=p, path=path)
+    return first_token
 
 
 ROWS_CHECKED = 32
@@ -537,31 +552,78 @@ def eval_repeatable(module, calls, shaped):
             expect_close(again, first, code, atol=0, rtol=0, what=what, call=later + 1)
 
 
-def masks_accepted(module, calls, shaped, masks, head_mask=lambda m: m):
-    """Every mask the statement allows: each call (one mask each, masks[i]) must run, and its weights
-    (shaped(i, reply)[1]) be exactly 0 wherever the mask (as head_mask broadcasts it) is 0."""
+def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonical, head_mask=lambda m: m):
+    """Every mask the statement allows: each call (masks[i] its mask) must run, leave its inputs as
+    they were sent (names: inputs_unchanged's), and its weights (shaped(i, reply)[1]) be exactly 0
+    wherever the mask (as head_mask broadcasts it) is 0.
+
+    calls[0] has no mask and calls[1] reference_match's own mask form, float32 (B, Tq, Tk): inputs
+    they change are reference_match's to report, not this property's. Once both
+    give the reference's outputs (expected(i): as reference_across_calls'), every other call must
+    too: the same rule read from a bool or long mask, a 2-D or a per-head one, or another mask of
+    the first form (nothing kept from an earlier mask). A call that misses is blamed on its mask
+    only if the same rule in the first form (canonical(mask): [(float32 (B, Tq, Tk) mask, the head
+    it is for, or None for all)]) gives a fresh module (fresh()) other outputs: a module whose
+    attention is wrong whatever the form (on some inputs only) fails reference_match, not this."""
     from .harness import call_failure, runs_until_failure
 
     replies, failed = runs_until_failure(module, *calls)
     if failed:
         index, error = failed
-        mask = masks[index]
-        raise call_failure(error, "mask_not_accepted", shape=list(mask.shape), dtype=mask.dtype.name)
+        if masks[index] is None:
+            raise error
+        raise call_failure(error, "mask_not_accepted", shape=list(masks[index].shape), dtype=masks[index].dtype.name)
+    described = [mask is not None and {"shape": list(mask.shape), "dtype": mask.dtype.name} for mask in masks]
+    # Inputs changed in place with no mask or the first one: reference_match's calls show it already.
+    judge_inputs = not any(reply.modified for reply in replies[:2])
     for i, reply in enumerate(replies):
-        mask = masks[i]
+        if judge_inputs:
+            inputs_unchanged(reply, names)
+        if masks[i] is None:
+            continue
         weights = shaped(i, reply)[1]
-        blocked = np.broadcast_to(head_mask(mask), weights.shape) == 0
+        blocked = np.broadcast_to(head_mask(masks[i]), weights.shape) == 0
         leaked = np.abs(weights[blocked])
-        described = {"shape": list(mask.shape), "dtype": mask.dtype.name}
         if blocked.any() and not leaked.max() == 0.0:
             column = nan_in_closed_columns(weights, blocked)
             if column is not None:
-                raise PropertyFailure("masked_column_nan_upstream", column=column, **described)
-        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described,
+                raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
+        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described[i],
                 max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
         # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
         nan_rows = ~np.isfinite(weights).all(axis=-1)
-        require(not nan_rows.any(), "masked_row_not_finite", **described, count=int(nan_rows.sum()))
+        require(not nan_rows.any(), "masked_row_not_finite", **described[i], count=int(nan_rows.sum()))
+    for i in range(min(2, len(calls))):
+        for actual, (want, bound, magnitude, _) in zip(shaped(i, replies[i]), expected(i)):
+            if not np.all(np.abs(actual - want) <= reference_tolerance(want, bound, magnitude)):
+                return
+    for i in range(2, len(calls)):
+        got = shaped(i, replies[i])
+        for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
+            try:
+                matches_reference(actual, want, bound, "mask_form_mismatch", magnitude, what=what, call=i + 1,
+                                  **described[i], first_shape=described[1]["shape"], first_dtype=described[1]["dtype"])
+            except PropertyFailure:
+                if _differs_from_first_form(fresh(), calls[i], got, canonical(masks[i]), shaped):
+                    raise
+                break
+
+
+def _differs_from_first_form(module, call, got, twins, shaped):
+    """Whether module, given the rule of call's mask in the first form (twins: canonical's), returns
+    other outputs than `got` (or, for a per-head mask, other weights for any head)."""
+    from .harness import runs_until_failure
+
+    args, options = call
+    replies, failed = runs_until_failure(module, *[(args, {**options, "mask": mask}) for mask, _ in twins])
+    if failed:
+        return True
+    for (_, head), reply in zip(twins, replies):
+        out, weights = shaped(0, reply)
+        pairs = [(got[0], out), (got[1], weights)] if head is None else [(got[1][:, head], weights[:, head])]
+        if not all(np.allclose(a, b, rtol=REFERENCE_RTOL, atol=REFERENCE_ATOL, equal_nan=True) for a, b in pairs):
+            return True
+    return False
 
 
 def nan_in_closed_columns(weights, blocked):

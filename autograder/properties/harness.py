@@ -281,6 +281,14 @@ def random_mask(rng, *shape, dtype="float32"):
     return mask.astype(dtype)
 
 
+def other_mask(mask):
+    """A second mask of mask's shape and dtype that differs from it wherever it can: the
+    complement beyond column 0, which stays open."""
+    other = mask.copy()
+    other[..., 1:] = 1 - other[..., 1:]
+    return other
+
+
 def masks_in_turn(rng, shapes, turn):
     """One random_mask per shape, the dtypes of MASK_DTYPES taking turns along the shapes from
     position `turn`: each example meets every shape and every dtype in one call per shape, and

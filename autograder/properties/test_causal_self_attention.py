@@ -116,14 +116,17 @@ def test_causality(worker, dims, data):
 
 
 @graded(CLS, "reference_match")
-@given(dims=causal_dims(), scales=st.permutations(INPUT_SCALES))
-def test_reference_match(worker, dims, scales):
-    """Four calls on one module (lengths are `shapes`' business): an input at each scale, then the
-    first input again."""
+@given(dims=causal_dims(min_block=8), short=st.integers(1, 7), scales=st.permutations(INPUT_SCALES))
+def test_reference_match(worker, dims, short, scales):
+    """Four calls on one module, an input at each scale: a short sequence, one of the full
+    block_size (a window over the last few tokens shows there), a short one again (nothing kept
+    from the longer call: a mask cut from its end sees the future), then the first input again."""
+    dims = {**dims, "T": short}
     module, rng = loaded(worker, dims, dropout=0.2)
-    example(**dims, dropout=0.2, scales=list(scales))
+    lengths = [short, dims["block_size"], short, short]
+    example(**dims, dropout=0.2, scales=list(scales), lengths=lengths)
     first, second, third = scales
-    xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
+    xs = [inputs(rng, {**dims, "T": T}, scale) for T, scale in zip(lengths, scales)]
     calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {}), ((xs[0],), {})]
     magnitudes = [first, second, third, first]
 
@@ -132,7 +135,7 @@ def test_reference_match(worker, dims, scales):
         out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
         return [(out, bound, magnitudes[i], "output")]
 
-    checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, dims)], wanted,
+    checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, {**dims, "T": lengths[i]})], wanted,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES)
 
 
@@ -165,13 +168,17 @@ def test_train_dropout(worker, dims, seed, p):
     module, rng = loaded(worker, dims, dropout=p)
     x = inputs(rng, dims)
     reference_output = expected(module.params, dims, x)
-    replies = module.runs(*(((x,), {"fused": fused, "train": train, "seed": seed})
-                            for fused in (False, True) for train in (False, True)))
-    for fused, evaluated, trained in ((False, *replies[:2]), (True, *replies[2:])):
+    # Per path: eval, train, and train again under another seed (a new dropout mask).
+    replies = module.runs(*(((x,), {"fused": fused, "train": train, "seed": seed + again})
+                            for fused in (False, True) for train, again in ((False, 0), (True, 0), (True, 1))))
+    for fused, evaluated, trained, redrawn in ((False, *replies[:3]), (True, *replies[3:])):
         path = f"fused={fused}"
         trained = output(trained, dims)
         if np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
-            checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, trained, path)
+            first, second = (checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, y, path)
+                             for y in (trained, output(redrawn, dims)))
+            seen = (first >= 0) & (second >= 0)  # B·h >= 128 weights drawn twice: see checks.dropout_redrawn
+            checks.dropout_redrawn(first[seen], second[seen], p, "first_token_weights")
         else:
             # A bug outside dropout (reference_match's, fused_equivalence's, NaN rows from a mask read
             # the other way: causality's): judge only what does not depend on it, resid_drop's zeros.
@@ -267,11 +274,15 @@ def test_fused_calls_sdpa(worker, dims):
 @graded(CLS, "device")
 @given(dims=causal_dims(), fused=st.booleans())
 def test_device(worker, dims, fused):
-    module, rng = loaded(worker, dims)
+    """On meta (and cuda), in eval and in train mode: a dropout mask made without device= only
+    shows in train mode."""
+    module, rng = loaded(worker, dims, dropout=0.2)
     x = inputs(rng, dims)
     shapes = [(dims["B"], dims["T"], dims["n_embd"])]
-    checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "meta", shapes)
+    for train in (False, True):
+        checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=train), "meta", shapes)
     if worker.sees_cuda(CLS):
+        checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
         expect_close(output(reply, dims), expected(module.params, dims, x), "reference_mismatch",
                      what="output_cuda", masked=True)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
-from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, random_mask
+from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
 from .strategies import dropout_rates, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -127,13 +127,30 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=multi_head_dims(min_time=2), turn=mask_turns)
 def test_masked_zero(worker, dims, turn):
-    """Every mask the statement allows: each shape of mask_shapes, as bool, long or float32 in turn
-    (every pairing of shape and dtype over the examples: harness.masks_in_turn)."""
-    module, rng = loaded(worker, dims)
-    masks = masks_in_turn(rng, mask_shapes(dims), turn)
+    """Every mask the statement allows, on one module in eval with dropout > 0: no mask,
+    reference_match's float32 (B, Tq, Tk), then each shape of mask_shapes as bool, long or float32 in turn
+    (every pairing of shape and dtype over the examples: harness.masks_in_turn), then another mask
+    of that form."""
+    module, rng = loaded(worker, dims, dropout=0.3)
+    first = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
+    masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     args = cross_inputs(rng, dims)
-    checks.masks_accepted(module, [(args, {"mask": mask}) for mask in masks],
-                          lambda i, reply: outputs(reply, dims), masks, reference.head_mask)
+
+    def expected(i):
+        out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
+            module.params, dims["h"], *(t.astype(np.float64) for t in args), masks[i])
+        return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
+
+    def canonical(mask):
+        """The rule as float32 (B, Tq, Tk) masks: one for every head, or one per head if they differ."""
+        full = np.broadcast_to(reference.head_mask(mask), (dims["B"], dims["h"], dims["Tq"], dims["Tk"]))
+        if (full == full[:, :1]).all():
+            return [(full[:, 0].astype(np.float32), None)]
+        return [(full[:, head].astype(np.float32), head) for head in range(dims["h"])]
+
+    checks.masks_accepted(module, [(args, {"mask": mask}) for mask in masks], lambda i, reply: outputs(reply, dims),
+                          masks, expected, INPUT_NAMES, lambda: loaded(worker, dims, dropout=0.3)[0], canonical,
+                          reference.head_mask)
 
 
 @graded(CLS, "scale")
@@ -198,10 +215,13 @@ def test_train_dropout(worker, dims, seed, p):
     dims = {**dims, "B": max(dims["B"], -(-checks.DROPOUT_DRAWS // per_example))}
     module, rng = loaded(worker, dims, dropout=p)
     args = cross_inputs(rng, dims)
-    (evaluated, eval_weights), (_, again), (trained, train_weights) = (outputs(reply, dims) for reply in module.runs(
-        (args, {}), (args, {"seed": seed + 1}), (args, {"train": True, "seed": seed})))
+    (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn) = (
+        outputs(reply, dims) for reply in module.runs((args, {}), (args, {"seed": seed + 1}),
+                                                      (args, {"train": True, "seed": seed}),
+                                                      (args, {"train": True, "seed": seed + 2})))
     if np.array_equal(eval_weights, again, equal_nan=True):
         checks.dropout_on_weights(train_weights, eval_weights, p)
+        checks.dropout_redrawn(train_weights, redrawn, p, "weights")
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
@@ -273,13 +293,17 @@ def test_large_inputs(worker, dims):
 @graded(CLS, "device")
 @given(dims=multi_head_dims())
 def test_device(worker, dims):
-    module, rng = loaded(worker, dims)
+    """On meta (and cuda), in eval and in train mode: a dropout mask made without device= only
+    shows in train mode."""
+    module, rng = loaded(worker, dims, dropout=0.2)
     args, mask = cross_inputs(rng, dims), masks(rng, dims)[0]
     B, Tq, Tk, h, d = dims["B"], dims["Tq"], dims["Tk"], dims["h"], dims["d_model"]
     shapes = [(B, Tq, d), (B, h, Tq, Tk)]
-    checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "meta", shapes,
-                          fallbacks=[lambda device: module.run(*args, device=device)])
+    for train in (False, True):
+        checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
+                              fallbacks=[lambda device: module.run(*args, device=device, train=train)])
     if worker.sees_cuda(CLS):
+        checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
         expected = reference.multi_head_attention(module.params, h, *(t.astype(np.float64) for t in args), mask)[0]
         expect_close(outputs(reply, dims)[0], expected, "reference_mismatch", what="output_cuda", masked=True)

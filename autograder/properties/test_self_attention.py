@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require
-from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, random_mask
+from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
 from .strategies import mask_turns, parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
@@ -89,13 +89,23 @@ def test_rows_sum_to_one(worker, dims):
 @graded(CLS, "masked_zero")
 @given(dims=self_attention_dims(min_time=2), turn=mask_turns)
 def test_masked_zero(worker, dims, turn):
-    """Every mask the statement allows: each shape of mask_shapes, as bool, long or float32 in turn
-    (every pairing of shape and dtype over the examples: harness.masks_in_turn)."""
+    """Every mask the statement allows, on one module: no mask, reference_match's float32 (B, T, T),
+    then each shape of mask_shapes as bool, long or float32 in turn (every pairing of shape and
+    dtype over the examples: harness.masks_in_turn), then another mask of that form."""
     module, rng = loaded(worker, dims)
-    masks = masks_in_turn(rng, mask_shapes(dims), turn)
+    first = random_mask(rng, dims["B"], dims["T"], dims["T"])
+    masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     x = inputs(rng, dims)
-    checks.masks_accepted(module, [((x,), {"mask": mask}) for mask in masks],
-                          lambda i, reply: outputs(reply, dims), masks)
+
+    def expected(i):
+        out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), masks[i])
+        return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
+
+    def canonical(mask):
+        return [(np.broadcast_to(mask, (dims["B"], dims["T"], dims["T"])).astype(np.float32), None)]
+
+    checks.masks_accepted(module, [((x,), {"mask": mask}) for mask in masks], lambda i, reply: outputs(reply, dims),
+                          masks, expected, INPUT_NAMES, lambda: loaded(worker, dims)[0], canonical)
 
 
 @graded(CLS, "scale")
