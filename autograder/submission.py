@@ -265,7 +265,9 @@ ASKED = (*EXERCISE.class_names, *EXERCISE.notebook_names)  # what the statement 
 PYTHON_CELL_MAGICS = ("capture", "time", "prun")  # their cell runs in the kernel as Python
 WRITEFILE_MAGICS = ("writefile", "file")
 LINES_MARKER = "# autograder: the notebook cells of the lines above: "
-_BUILTINS = frozenset(dir(builtins))
+# Names a notebook's code may read without binding them: Python's builtins, and those IPython adds
+# (a debug method calling display() needs no import to be graded).
+_BUILTINS = frozenset(dir(builtins)) | {"display", "get_ipython", "In", "Out"}
 _ASSIGN_FROM_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[!%]")  # files = !ls
 _HELP = re.compile(r"\s*(?:\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*")  # obj? and ??obj
 _MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
@@ -529,7 +531,19 @@ def _needed(statements):
         if statement.kind == "future" or statement.kind == "star" and unresolved:
             state[index] = True
     futures = [s for s, keep in zip(statements, state) if keep and s.kind == "future"]
-    return futures + [s for s, keep in zip(statements, state) if keep and s.kind != "future"]
+    return futures + [_only_needed(s, needed) for s, keep in zip(statements, state) if keep and s.kind != "future"]
+
+
+def _only_needed(statement, needed):
+    """A kept import without the names nothing uses (`import math, wandb` keeps `import math`): an
+    unused module the grader does not have must not cost a notebook its grade."""
+    if statement.kind != "import" or all(name in needed for name in statement.binds):
+        return statement
+    node = ast.parse(statement.text).body[0]
+    node.names = [alias for alias in node.names if (alias.asname or _top(alias.name)) in needed]
+    text = ast.unparse(node).encode()
+    return _Statement(text, 0, len(text), statement.cell, statement.line, statement.kind,
+                      [name for name in statement.binds if name in needed])
 
 
 def _module(pieces):

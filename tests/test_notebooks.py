@@ -197,6 +197,17 @@ def test_a_star_import_is_kept_only_when_a_used_name_is_bound_nowhere():
                                   "class SelfAttention(nn.Module):\n    pass")
     assert names(kept("from torch.nn import *", "class SelfAttention(Module):\n    pass")) == ["*", "SelfAttention"]
     assert "import *" not in kept("from torch.nn import *", "class SelfAttention:\n    f = len, __name__")
+    # IPython's own names (display in a debug method) are bound by Jupyter, not by a star import
+    assert "import *" not in kept("from fastai.vision.all import *",
+                                  "class SelfAttention:\n    def show(self):\n        display(self, In, Out)")
+
+
+def test_an_import_of_several_modules_keeps_only_the_used_ones():
+    """`import math, wandb` with only math used: wandb, which the grader does not have, goes."""
+    source = kept("import math, wandb\nfrom torch import nn, optim as o\nfrom os import (path,\n    sep)",
+                  "class SelfAttention(nn.Module):\n    r = math.pi, sep")
+    assert names(source) == ["math", "nn", "sep", "SelfAttention"]
+    assert cell_lines(source).locate(code_of(source).splitlines().index("from os import sep") + 1) == (1, 3)
 
 
 def test_get_ipython_never_runs():
