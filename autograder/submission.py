@@ -120,8 +120,10 @@ def _load(path):
 
 
 def _pick(names):
-    """The exercise's file (attention.py) if present, else the only .py (not a test), else the only notebook."""
-    paths = [PurePosixPath(n) for n in names]
+    """The exercise's file (attention.py) if present, the shallowest first (a zip lists its members
+    in any order: an old copy in a subfolder must not win over the one at the top), else the only
+    .py (not a test), else the only notebook."""
+    paths = sorted((PurePosixPath(n) for n in names), key=lambda p: (len(p.parts), p.parts))
     paths = [p for p in paths if "__MACOSX" not in p.parts and not p.name.startswith(".")]
     for candidate in paths:
         if candidate.name == EXERCISE.submission:

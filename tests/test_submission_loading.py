@@ -79,6 +79,18 @@ def test_zip_prefers_attention_py(tmp_path):
     assert submission.load(archive).source == CODE
 
 
+def test_zip_and_folder_take_the_shallowest_attention_py_whatever_the_member_order(tmp_path):
+    """An old copy in a subfolder listed first in the zip was graded (38/48) where the same tree as a
+    folder took the top one (48/48): both now take the shallowest."""
+    members = {"viejo/attention.py": "OLD = 1\n", "attention.py": CODE}
+    assert submission.load(make_zip(tmp_path / "entrega.zip", members)).source == CODE
+    folder = tmp_path / "entrega"
+    for name, text in members.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    assert submission.load(folder).source == CODE
+
+
 def test_bad_zip(tmp_path):
     bad = tmp_path / "entrega.zip"
     bad.write_bytes(b"PK\x03\x04 this is not really a zip")
