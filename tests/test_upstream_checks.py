@@ -394,3 +394,64 @@ def test_an_error_on_meta_about_no_device_is_judged_on_the_cpu():
     assert code_of(checks.runs_on_device, attempt(misplaced), "meta", [(2, 3)]) == "wrong_device"
     with pytest.raises(SubmissionError):  # failing on the CPU too: the submission's own error, not a device's
         checks.runs_on_device(attempt(refused, on_cpu=refused), "meta", [(2, 3)])
+
+
+# ---- gradients: the reference's, in eval ---------------------------------------------------------
+
+class GradReply:
+    """A call's parameter gradients, as the worker sends them."""
+
+    def __init__(self, grads):
+        self.grads = grads
+
+
+def self_attention_gradients(params, x, upstream, backward=None):
+    """The gradients of sum(upstream · SelfAttention(x)) in float32 torch; backward: a softmax
+    backward written by hand (a torch.autograd.Function's), instead of autograd's."""
+    weights = {name: torch.tensor(value, dtype=torch.float32, requires_grad=True) for name, value in params.items()}
+    xt = torch.tensor(x, dtype=torch.float32)
+    q, k, v = (xt @ weights[f"{n}.weight"].T for n in ("W_Q", "W_K", "W_V"))
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if backward is None:
+        attention = torch.softmax(scores, dim=-1)
+    else:
+        class Softmax(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, s):
+                y = torch.softmax(s, dim=-1)
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                return backward(g, *ctx.saved_tensors)
+
+        attention = Softmax.apply(scores)
+    ((attention @ v) * torch.tensor(upstream, dtype=torch.float32)).sum().backward()
+    return {name: w.grad.double().numpy() for name, w in weights.items()}
+
+
+def gradient_code(backward=None):
+    rng = np.random.default_rng(7)
+    params = {f"{n}.weight": rng.standard_normal((3, 4)) * 0.5 for n in ("W_Q", "W_K", "W_V")}
+    x, upstream = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3))
+    reply = GradReply(self_attention_gradients(params, x, upstream, backward))
+    return code_of(checks.gradients_match_reference, reply, params,
+                   lambda p: reference.self_attention(p, x)[0], upstream, np.random.default_rng(8))
+
+
+def test_autograds_gradients_match_the_reference():
+    assert gradient_code() is None
+
+
+def test_a_softmax_backward_written_wrong_fails_gradients():
+    """g·y instead of y·(g − Σ g·y): the forward pass is exact, every gradient finite and nonzero."""
+    assert gradient_code(lambda g, y: g * y) == "gradient_mismatch"
+    assert gradient_code(lambda g, y: y * (g - (g * y).sum(-1, keepdim=True))) is None  # the right one
+
+
+def test_a_dropout_mask_drawn_once_and_reused_fails_train_dropout():
+    rng = np.random.default_rng(9)
+    kept = rng.random(2048) > 0.25
+    assert code_of(checks.dropout_redrawn, kept, kept.copy(), 0.25, "weights") == "dropout_mask_reused"
+    assert code_of(checks.dropout_redrawn, kept, rng.random(2048) > 0.25, 0.25, "weights") is None

@@ -153,6 +153,35 @@ def gradients_reach_every_parameter(reply):
     require(not zero, "zero_gradient", names=zero)
 
 
+# gradients_match_reference: the central difference's step (float64: its error is ~1e-10 here) and
+# the tolerance of the module's float32 gradient, relative to the size of the sum it is.
+GRADIENT_STEP = 1e-6
+GRADIENT_RTOL = 1e-3
+
+
+def gradients_match_reference(reply, params, output_of, upstream, rng):
+    """The parameter gradients of sum(upstream · output) (reply.grads, a call with that upstream)
+    are the reference's: along a random direction per parameter, each must give the central
+    difference of that sum computed by output_of(params) in float64 (two forward passes). A
+    backward written by hand (torch.autograd.Function) or a graph cut on the way (.detach(),
+    .data) shows here. Call it only where the forward pass is the reference's: a wrong forward
+    pass is reference_match's, and its gradients are wrong with it."""
+    for name in sorted(set(reply.grads) & set(params)):
+        grad = reply.grads[name]
+        if grad is None or grad.shape != params[name].shape:
+            continue  # gradients_reach_every_parameter's, or not a parameter the grader drew
+        direction = rng.standard_normal(grad.shape)
+
+        def summed(step):
+            return float((upstream * output_of({**params, name: params[name] + step * direction})).sum())
+
+        expected = (summed(GRADIENT_STEP) - summed(-GRADIENT_STEP)) / (2 * GRADIENT_STEP)
+        terms = grad.astype(np.float64) * direction
+        got = float(terms.sum())
+        require(abs(got - expected) <= GRADIENT_RTOL * max(float(np.abs(terms).sum()), abs(expected)) + 1e-7,
+                "gradient_mismatch", name=name, got=float(f"{got:.4g}"), expected=float(f"{expected:.4g}"))
+
+
 def finite(array, what):
     require(np.isfinite(array).all(), "not_finite", what=what,
             count=int((~np.isfinite(array)).sum()))
@@ -364,7 +393,7 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
             p=p, fraction=round(dropped / total, 3), dropped=dropped, total=total)
 
 
-def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
+def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it.
 
     The meta device has no data, so code that reads values (an `if torch.all(mask ...)` check,
@@ -375,8 +404,9 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     no device (about_devices): meta's kernels check some arguments that the CPU's let through
     (F.scaled_dot_product_attention refuses attn_mask with is_causal=True there, in eval too),
     which is a mistake of those arguments, not of devices; should the call fail on the CPU as
-    well, that error is the submission's. Other errors on meta (a tensor made on the CPU,
-    .cpu(), .numpy(): torch names the devices) fail as before.
+    well, that error is the submission's (unless cpu_failure_is_mine is False: a call another
+    property already makes on the CPU, which names its failure there; then None). Other errors
+    on meta (a tensor made on the CPU, .cpu(), .numpy(): torch names the devices) fail as before.
     """
     from ..worker.submission_errors import SubmissionError
 
@@ -404,7 +434,12 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=()):
     for fallback in fallbacks:
         if judged(fallback) is not None:
             break
-    return shapes_of(attempt("cpu"))
+    try:
+        return shapes_of(attempt("cpu"))
+    except SubmissionError as exc:
+        if cpu_failure_is_mine or not exc.raised:
+            raise
+        return None
 
 
 # What torch says when code needs a meta tensor's values (it has none): data-dependent Python

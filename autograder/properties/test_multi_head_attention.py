@@ -255,7 +255,8 @@ def test_gradients(worker, dims, p, seed, data):
     args, mask = cross_inputs(rng, dims), random_mask(rng, B, Tq, Tk)
     upstream = one_row((B, Tq, dims["d_model"]), row, rng)
     train = {"grad": True, "train": True, "mask": mask}
-    calls = [(args, {"grad": True}), (args, {**train, "seed": seed}),
+    everywhere = gaussian(rng, B, Tq, dims["d_model"])
+    calls = [(args, {"grad": True, "upstream": everywhere}), (args, {**train, "seed": seed}),
              (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
 
     def checked(i, reply):
@@ -263,6 +264,13 @@ def test_gradients(worker, dims, p, seed, data):
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
             checks.gradients_reach_every_parameter(reply)
+            if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
+                inputs64 = [t.astype(np.float64) for t in args]
+                out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
+                if checks.agrees_with_reference(reply, 0, out, e_out):
+                    checks.gradients_match_reference(
+                        reply, module.params, lambda p: reference.multi_head_attention(p, dims["h"], *inputs64)[0],
+                        everywhere, rng)
             return
         # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
@@ -299,9 +307,10 @@ def test_device(worker, dims):
     args, mask = cross_inputs(rng, dims), masks(rng, dims)[0]
     B, Tq, Tk, h, d = dims["B"], dims["Tq"], dims["Tk"], dims["h"], dims["d_model"]
     shapes = [(B, Tq, d), (B, h, Tq, Tk)]
-    for train in (False, True):
+    for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
-                              fallbacks=[lambda device: module.run(*args, device=device, train=train)])
+                              fallbacks=[lambda device: module.run(*args, device=device, train=train)],
+                              cpu_failure_is_mine=not train)
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)

@@ -161,7 +161,8 @@ def test_gradients(worker, dims, data):
     x, mask = inputs(rng, dims), random_mask(rng, B, T, T)
     mask[:, (row + 1) % T, :] = 1  # a row open everywhere: the masked call's W_Q and W_K get a gradient
     upstream = one_row((B, T, d_k_of(dims)), row, rng)
-    calls = [((x,), {"grad": True}), ((x,), {"grad": True, "mask": mask}),
+    everywhere = gaussian(rng, B, T, d_k_of(dims))
+    calls = [((x,), {"grad": True, "upstream": everywhere}), ((x,), {"grad": True, "mask": mask}),
              ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]})]
 
     def checked(i, reply):
@@ -169,6 +170,12 @@ def test_gradients(worker, dims, data):
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
             checks.gradients_reach_every_parameter(reply)
+            if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
+                out, _, e_out, _ = reference.self_attention_bounded(module.params, x.astype(np.float64))
+                if checks.agrees_with_reference(reply, 0, out, e_out):
+                    checks.gradients_match_reference(reply, module.params,
+                                                     lambda p: reference.self_attention(p, x.astype(np.float64))[0],
+                                                     everywhere, rng)
             return
         # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
         out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), mask)
