@@ -1,6 +1,7 @@
 """The exercise is declared once (autograder/properties/exercise.yml) and the engine reads it."""
 import dataclasses
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -57,12 +58,44 @@ def test_a_bad_descriptor_is_refused_with_a_reason(tmp_path, text, complaint):
     assert isinstance(caught.value, UsageError)
 
 
+CONFIG = {"class": "Cfg", "fields": {"n_embd": 32, "n_head": 4, "dropout": 0.0}}
+
+
 def test_the_worker_builds_a_config_object_from_the_declared_fields():
-    """What CausalSelfAttention(cfg) receives: a dataclass of the declared name, defaults filled in."""
-    cfg = child.config_object({"class": "Cfg", "fields": {"n_embd": 32, "n_head": 4, "dropout": 0.0}}, {"n_embd": 8})
+    """What CausalSelfAttention(cfg) receives without a Cfg of the submission's: a dataclass of the
+    declared name, defaults filled in."""
+    cfg = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace())
     assert type(cfg).__name__ == "Cfg" and (cfg.n_embd, cfg.n_head, cfg.dropout) == (8, 4, 0.0)
     with pytest.raises(TypeError):
-        child.config_object({"class": "Cfg", "fields": {"n_embd": 32}}, {"unknown": 1})
+        child.config_object({"class": "Cfg", "fields": {"n_embd": 32}}, {"unknown": 1}, types.SimpleNamespace())
+
+
+def test_the_submissions_own_config_class_is_used_when_it_takes_the_fields():
+    """A Cfg with a property its class reads (cfg.head_size) lost all 18 causal points when the
+    grader's dataclass stood in for it."""
+    @dataclasses.dataclass
+    class Cfg:
+        n_embd: int = 1
+        n_head: int = 1
+        dropout: float = 0.5
+
+        @property
+        def head_size(self):
+            return self.n_embd // self.n_head
+
+    assert child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=Cfg)).head_size == 2
+
+    class Positional:  # refuses the fields as keywords: the grader's own is used
+        def __init__(self, n_embd):
+            self.n_embd = n_embd
+
+    class Rewrites:  # keeps other values than it was given: the grader's own is used
+        def __init__(self, **fields):
+            self.__dict__.update(fields, dropout=0.1)
+
+    for own in (Positional, Rewrites, "not a class"):
+        cfg = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=own))
+        assert type(cfg).__name__ == "Cfg" and dataclasses.is_dataclass(cfg) and cfg.dropout == 0.0
 
 
 def test_the_engines_catalogs_name_no_class_or_file_of_the_exercise():

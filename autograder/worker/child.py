@@ -25,14 +25,25 @@ import parameters  # noqa: E402
 import wire  # noqa: E402
 
 
-def config_object(config, kwargs):
-    """The grader's own config object for a class built from one (exercise.yml's `config`): a
-    dataclass of that name and fields, so the submission's own config class is not needed."""
+def config_object(config, kwargs, module):
+    """The config object for a class built from one (exercise.yml's `config`): the submission's own
+    config class (module's, of that name) when it takes the fields as keywords and keeps their
+    values (it may add properties its classes read, say cfg.head_size); else the grader's own, a
+    dataclass of that name and fields, so that the submission's is not needed."""
+    values = {**config["fields"], **kwargs}
+    own = getattr(module, str(config["class"]), None)
+    if isinstance(own, type):
+        try:
+            made = own(**values)
+            if all(getattr(made, name) == value for name, value in values.items()):
+                return made
+        except Exception:  # the submission's class cannot take them: the grader's is used instead
+            pass
     declared = [(str(k), type(v), v) for k, v in config["fields"].items()]
     key = (str(config["class"]), repr(declared))
     if key not in _config_classes:  # making a dataclass costs ~1 ms: once per worker, not per build
         _config_classes[key] = dataclasses.make_dataclass(key[0], declared)
-    return _config_classes[key](**{**config["fields"], **kwargs})
+    return _config_classes[key](**values)
 
 
 _config_classes = {}
@@ -140,7 +151,7 @@ class Worker:
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
         self._seed(seed)
-        instance = factory(config_object(config, kwargs)) if config else factory(**kwargs)
+        instance = factory(config_object(config, kwargs, self.module)) if config else factory(**kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("contract", f"{cls} is not an nn.Module")
         self.instances[handle] = instance
