@@ -7,7 +7,9 @@ This runs as root in the trusted grader on whatever the student uploaded, so eve
 bounded before it happens and every failure, foreseen or not, becomes SubmissionUnreadable: a
 crash here would leave no results.json at all. The limits are far above any honest submission:
 
-- the chosen file (.py or .ipynb): MAX_BYTES = 2 MiB, of which at most one byte more is read;
+- the chosen file: MAX_BYTES = 2 MiB for a .py, MAX_NOTEBOOK_BYTES = 16 MiB for a notebook (its
+  outputs, plots included, are never graded but are read and parsed), of which at most one byte
+  more is read;
 - a folder: MAX_ENTRIES = 10,000 files and folders, MAX_DEPTH = 32 levels of folders, walked
   without recursion and stopped at the first limit reached;
 - a .zip: MAX_ENTRIES members and a central directory of MAX_ZIP_DIRECTORY = 2 MiB, both read
@@ -40,6 +42,7 @@ from .exercise import EXERCISE
 from .text import clean
 
 MAX_BYTES = 2 << 20
+MAX_NOTEBOOK_BYTES = 16 << 20
 MAX_ENTRIES = 10_000
 MAX_DEPTH = 32
 MAX_ZIP_DIRECTORY = 2 << 20
@@ -183,13 +186,18 @@ def _open(path, name):
 
 
 def _read(path, name):
-    """At most MAX_BYTES + 1 bytes: enough to tell a file over the limit, whatever its size."""
+    """At most its limit + 1 bytes: enough to tell a file over the limit, whatever its size."""
     with _open(path, name) as handle:
-        return handle.read(MAX_BYTES + 1)
+        return handle.read(_limit(name) + 1)
+
+
+def _limit(name):
+    """The most bytes a chosen file may have: a notebook carries its outputs too."""
+    return MAX_NOTEBOOK_BYTES if name.endswith(".ipynb") else MAX_BYTES
 
 
 def _zip_member(path):
-    """(name, first MAX_BYTES + 1 bytes) of the member of the zip at path that is to be graded."""
+    """(name, first _limit + 1 bytes) of the member of the zip at path that is to be graded."""
     with _open(path, path.name) as handle:
         try:
             count, directory = _zip_directory(handle)
@@ -211,7 +219,7 @@ def _zip_member(path):
                     # zipfile inflates bzip2 and lzma input in one call, however large the output
                     raise SubmissionUnreadable("zip_compression", file=chosen)
                 with archive.open(info) as member:
-                    return chosen, member.read(MAX_BYTES + 1)
+                    return chosen, member.read(_limit(chosen) + 1)
         except ZIP_ERRORS as exc:
             raise SubmissionUnreadable("bad_zip", error=str(exc) or type(exc).__name__) from None
 
@@ -245,8 +253,8 @@ def _zip_directory(handle):
 
 
 def _decode(data, name):
-    if len(data) > MAX_BYTES:
-        raise SubmissionUnreadable("too_large", file=name, limit_kib=MAX_BYTES >> 10)
+    if len(data) > _limit(name):
+        raise SubmissionUnreadable("too_large", file=name, limit_kib=_limit(name) >> 10)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -278,6 +286,9 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Try,
                *(getattr(ast, name) for name in ("TryStar", "TypeAlias") if hasattr(ast, name)))
 _SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# Methods that change a dict, list or set in place: `OPTS.update(...)` at the top of a cell modifies
+# OPTS as `OPTS[k] = v` does, and is kept with it.
+_MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "discard", "remove"})
 
 
 class _Statement:
@@ -306,8 +317,8 @@ def notebook_source(text, name="notebook.ipynb"):
       line alone is dropped. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
-      then, transitively, every import, definition and assignment (also `if`/`try` blocks) that
-      binds a name kept code uses: in class and function bodies, default arguments, decorators,
+      then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
+      `OPTS.update(...)`-like calls that change a dict, list or set in place) that binds or changes a name kept code uses: in class and function bodies, default arguments, decorators,
       base classes, or another kept assignment. A star import is kept when some used name is
       bound nowhere else. Nothing else runs: loops, prints, plots, calls, unused imports
       (tqdm, google.colab...), unused functions, classes and constants, anything calling
@@ -437,6 +448,8 @@ def _statements(tree, code, cell):
             kind, names = "definition", (node.name,)
         elif isinstance(node, _STATEMENTS):
             kind, names = "statement", _bound(node)
+        elif _mutated(node):
+            kind, names = "statement", (_mutated(node),)
         else:
             continue
         decorators = getattr(node, "decorator_list", None)
@@ -449,6 +462,15 @@ def _statements(tree, code, cell):
         end = starts[node.end_lineno - 1] + node.end_col_offset
         found.append(_Statement(data, start, end, cell, line, kind, names))
     return found
+
+
+def _mutated(node):
+    """The name a statement such as `OPTS.update(...)` changes in place (see _MUTATORS), or None."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _MUTATORS:
+        target = call.func.value
+        return target.id if isinstance(target, ast.Name) else None
+    return None
 
 
 def _top(module):

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autograder import feedback, submission
+from autograder import submission
 from autograder.submission import MAX_BYTES, MAX_DEPTH, MAX_ENTRIES, Submission, SubmissionUnreadable
 
 CODE = "import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    pass\n"
@@ -306,6 +307,20 @@ def test_a_declared_size_is_not_trusted(tmp_path):
 def test_a_large_py_is_read_only_up_to_the_limit(tmp_path):
     path = write(tmp_path / "attention.py", b"#" * (8 * MAX_BYTES))
     assert refused_within(path, mebibytes=3 * MAX_BYTES / 2**20).code == "too_large"
+
+
+def test_a_notebook_with_large_outputs_is_graded_and_one_over_its_limit_refused(tmp_path):
+    """Three inline plots (~3 MiB) cost a correct notebook 0/48 under the 2 MiB limit of a .py:
+    outputs are never graded, but a notebook carries them (MAX_NOTEBOOK_BYTES)."""
+    plot = {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": "iVBORw0KGgo" * (400 << 10), "text/plain": "<Figure>"}}
+    cell = {**code_cell("import torch\nclass SelfAttention(torch.nn.Module):\n    pass"), "outputs": [plot]}
+    path = write(tmp_path / "tarea.ipynb", notebook([cell]))
+    assert path.stat().st_size > 2 * MAX_BYTES
+    assert "class SelfAttention" in submission.load(path).source
+    huge = {**cell, "outputs": [plot] * 5}
+    path = write(tmp_path / "enorme.ipynb", notebook([huge]))
+    assert refused_within(path, mebibytes=3 * submission.MAX_NOTEBOOK_BYTES / 2**20).code == "too_large"
 
 
 # Notebooks: any JSON at all, and code that ast cannot hold.

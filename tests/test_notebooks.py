@@ -210,6 +210,15 @@ def test_an_import_of_several_modules_keeps_only_the_used_ones():
     assert cell_lines(source).locate(code_of(source).splitlines().index("from os import sep") + 1) == (1, 3)
 
 
+def test_a_used_dict_or_list_changed_in_place_keeps_that_call():
+    """`OPTS.update(...)` changes OPTS as `OPTS[k] = v` does (a correct notebook lost 7 points to a
+    KeyError); the same call on a name nothing uses, or on what a call returns, stays out."""
+    source = kept("OPTS = dict(a=1)\nLOG = []", "OPTS.update(b=2)\nLOG.append(train())\nmodel.train()",
+                  "class SelfAttention:\n    o = OPTS")
+    assert code_of(source).split() == ["OPTS", "=", "dict(a=1)", "OPTS.update(b=2)", "class", "SelfAttention:",
+                                       "o", "=", "OPTS"]
+
+
 def test_get_ipython_never_runs():
     source = kept("ip = get_ipython()\nip.run_line_magic('matplotlib', 'inline')\nget_ipython().system('ls')",
                   "class SelfAttention:\n    shell = ip")
