@@ -259,7 +259,19 @@ def _decode(data, name):
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise SubmissionUnreadable("not_utf8", file=name) from None
-    return notebook_source(text, name) if name.endswith(".ipynb") else text
+    return notebook_source(text, name) if name.endswith(".ipynb") or _renamed_notebook(text) else text
+
+
+def _renamed_notebook(text):
+    """Whether a .py holds a notebook's JSON (a notebook renamed attention.py, as the statement asks
+    for that name): then it is read as the notebook it is."""
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("cells"), list) and "nbformat" in data
 
 
 # ---- notebooks ---------------------------------------------------------------------------------

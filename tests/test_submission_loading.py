@@ -91,6 +91,17 @@ def test_zip_and_folder_take_the_shallowest_attention_py_whatever_the_member_ord
     assert submission.load(folder).source == CODE
 
 
+def test_a_notebook_renamed_attention_py_is_read_as_a_notebook(tmp_path):
+    """Its JSON imported as Python failed with NameError: name 'null' is not defined (0/48)."""
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "!pip install einops\n" + CODE}]
+    path = tmp_path / "attention.py"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    loaded = submission.load(path)
+    assert "class SelfAttention(torch.nn.Module):" in loaded.source and "pip" not in loaded.source
+    assert submission.cell_lines(loaded.source) is not None  # lines point into the cells
+
+
 def test_bad_zip(tmp_path):
     bad = tmp_path / "entrega.zip"
     bad.write_bytes(b"PK\x03\x04 this is not really a zip")
