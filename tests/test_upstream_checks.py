@@ -455,3 +455,16 @@ def test_a_dropout_mask_drawn_once_and_reused_fails_train_dropout():
     kept = rng.random(2048) > 0.25
     assert code_of(checks.dropout_redrawn, kept, kept.copy(), 0.25, "weights") == "dropout_mask_reused"
     assert code_of(checks.dropout_redrawn, kept, rng.random(2048) > 0.25, 0.25, "weights") is None
+
+
+def test_a_train_output_leaks_only_if_the_same_input_repeats_itself():
+    rng = np.random.default_rng(10)
+    before = rng.standard_normal((2, 4, 3))
+    leaked = before.copy()
+    leaked[:, 1] += 0.5  # an earlier token moved when the last one changed
+    causal = before.copy()
+    causal[:, -1] += 0.5  # only the changed token itself moved
+    assert checks.train_output_leaks(before, leaked, before.copy())
+    assert not checks.train_output_leaks(before, causal, before.copy())
+    # the same input gave another output: masks drawn by what the module kept, not a leak
+    assert not checks.train_output_leaks(before, leaked, before + 0.1)

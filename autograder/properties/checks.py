@@ -288,6 +288,16 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+def train_output_leaks(before, after, again):
+    """Whether a train-mode output (B, T, C) moved before its last token when only that token
+    changed (after), under one seed: the same dropout masks. Judged only if the same input again
+    (again) gives the same output: a module that draws its masks by what it kept from earlier
+    calls (dropout_redrawn's mistake) moves for that reason instead."""
+    if not np.allclose(again, before, atol=1e-6, rtol=1e-5, equal_nan=True):
+        return False
+    return not np.allclose(after[:, :-1], before[:, :-1], atol=1e-6, rtol=1e-5, equal_nan=True)
+
+
 def dropout_redrawn(first, second, p, what):
     """What dropout kept in two train-mode calls on the same input under other seeds (weights, or
     causal_dropout's choices) differs: dropout draws a new mask in each call. n independent draws

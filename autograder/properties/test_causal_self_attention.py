@@ -113,6 +113,18 @@ def test_causality(worker, dims, data):
     perturbed[:, 0] = gaussian(rng, dims["B"], dims["n_embd"], scale=3.0)
     after = output(module.run(perturbed), dims)
     require(np.abs(after[:, -1] - before[:, -1]).max() > 1e-6, "past_ignored", T=T)
+    # In train mode too, on both paths, under one seed (the same dropout masks for both inputs): a
+    # fused path that asks for is_causal=True in eval only lets the future in there.
+    trained = loaded(worker, dims, dropout=0.25)[0]
+    future = x.copy()
+    future[:, position] = gaussian(rng, dims["B"], dims["n_embd"])
+    for fused in (False, True):
+        switches = {"train": True, "seed": 1, "fused": fused}
+        before, after, again = (output(reply, dims) for reply in trained.runs(*(((data,), switches)
+                                                                                for data in (x, future, x))))
+        if checks.train_output_leaks(before[:, :position + 1], after[:, :position + 1], again[:, :position + 1]):
+            expect_close(after[:, :position], before[:, :position], "future_leak_train", atol=1e-6,
+                         position=position, path=f"fused={fused}")
 
 
 @graded(CLS, "reference_match")
@@ -167,13 +179,20 @@ def test_train_dropout(worker, dims, seed, p):
     dims = {**dims, "B": max(dims["B"], -(-checks.DROPOUT_DRAWS // per_example), -(-128 // dims["n_head"]))}
     module, rng = loaded(worker, dims, dropout=p)
     x = inputs(rng, dims)
+    future = x.copy()
+    future[:, -1] = gaussian(rng, dims["B"], dims["n_embd"])
     reference_output = expected(module.params, dims, x)
-    # Per path: eval, train, and train again under another seed (a new dropout mask).
-    replies = module.runs(*(((x,), {"fused": fused, "train": train, "seed": seed + again})
-                            for fused in (False, True) for train, again in ((False, 0), (True, 0), (True, 1))))
-    for fused, evaluated, trained, redrawn in ((False, *replies[:3]), (True, *replies[3:])):
+    # Per path: eval, train, train again under another seed (a new dropout mask), then train under
+    # the first seed with the last token changed and unchanged (the same masks, unless the module
+    # draws them by what it kept from earlier calls: what came before the last token must not move).
+    calls = ((x, False, 0), (x, True, 0), (x, True, 1), (future, True, 0), (x, True, 0))
+    replies = module.runs(*(((data,), {"fused": fused, "train": train, "seed": seed + again})
+                            for fused in (False, True) for data, train, again in calls))
+    for fused, evaluated, trained, redrawn, changed, again in ((False, *replies[:5]), (True, *replies[5:])):
         path = f"fused={fused}"
         trained = output(trained, dims)
+        if checks.train_output_leaks(trained, output(changed, dims), output(again, dims)):
+            raise PropertyFailure("future_leak_train_upstream", path=path)  # dropout cannot be judged: causality's
         if np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
             first, second = (checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, y, path)
                              for y in (trained, output(redrawn, dims)))
