@@ -466,6 +466,7 @@ META_LIMITATIONS = (
     "cannot be called on meta tensors",
     "data-independent implementation does not exist",
     "no fake impl or Meta kernel registered",
+    "device type not an accelerator",  # torch.Generator(device=x.device): there is no meta generator
 )
 
 
