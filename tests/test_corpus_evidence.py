@@ -1,0 +1,136 @@
+"""Independent float64 evidence that the corpus's second-round wrong files are wrong under the
+statement (issue 10: a property passing is not the mistake being caught, so each new wrong file is
+first shown wrong by a computation that owes nothing to the grader). Plain torch in float64 on the
+files themselves, no worker: each test builds the module, runs it where its mistake shows, and
+compares with attention written out here."""
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+BUGGY = Path(__file__).resolve().parent / "submissions" / "buggy"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"evidence_{name}", BUGGY / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, -1)
+    return weights @ v, weights
+
+
+def multi_head(mha, query, key, value, mask=None):
+    B, h = query.shape[0], mha.num_heads
+    split = lambda t: t.view(B, -1, h, mha.d_k).transpose(1, 2)  # noqa: E731
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    context, weights = attention(split(mha.W_Q(query)), split(mha.W_K(key)), split(mha.W_V(value)), mask)
+    return mha.W_O(context.transpose(1, 2).reshape(B, -1, mha.d_model)), weights
+
+
+def causal(module, x):
+    B, T, C = x.shape
+    split = lambda t: t.view(B, T, module.n_head, C // module.n_head).transpose(1, 2)  # noqa: E731
+    q, k, v = (split(t) for t in module.qkv(x).split(C, 2))
+    y, _ = attention(q, k, v, torch.tril(torch.ones(T, T)))
+    return module.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def config(module, **fields):
+    return module.Cfg(**{"n_embd": 8, "n_head": 2, "block_size": 8, "dropout": 0.0, **fields})
+
+
+QUERY, KEY = (torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+              for shape in ((2, 3, 4), (2, 5, 4)))
+
+
+def test_a_2d_mask_made_causal_closes_positions_the_mask_allows():
+    sa = load("sa_2d_mask_made_causal").SelfAttention(4).double().eval()
+    x, everywhere = torch.randn(2, 4, 4), torch.ones(4, 4)
+    _, weights = sa(x, everywhere)
+    assert (weights - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), everywhere)[1]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("name, mask", [
+    ("mha_head_masks_intersected", torch.rand(2, 2, 3, 5) > 0.4),
+    ("mha_bool_mask_after_softmax", torch.rand(2, 3, 5) > 0.4),
+    ("mha_eval_dropout_with_2d_mask", torch.ones(3, 5)),
+])
+def test_a_mask_form_read_another_way_gives_other_weights(name, mask):
+    mask[..., 0] = True
+    mha = load(name).MultiHeadAttention(4, 2, 0.5).double().eval()
+    got, expected = mha(QUERY, KEY, KEY, mask), multi_head(mha, QUERY, KEY, KEY, mask)
+    assert max((a - b).abs().max() for a, b in zip(got, expected)) > 0.1
+
+
+def test_a_dropout_mask_drawn_once_repeats_under_other_seeds():
+    mha = load("mha_dropout_mask_frozen").MultiHeadAttention(4, 2, 0.5).double().train()
+    torch.manual_seed(1)
+    first = mha(QUERY, KEY, KEY)[1] == 0
+    torch.manual_seed(2)
+    assert torch.equal(mha(QUERY, KEY, KEY)[1] == 0, first)
+    module = load("causal_dropout_mask_frozen")
+    layer = module.CausalSelfAttention(config(module, dropout=0.5)).double().train()
+    layer.resid_drop.p = 0.0  # the attention dropout alone
+    x = torch.randn(2, 5, 8)
+    torch.manual_seed(1)
+    once = layer(x)
+    torch.manual_seed(2)
+    assert torch.equal(layer(x), once)
+
+
+def test_dropout_noise_made_on_the_cpu_fails_on_another_device():
+    mha = load("mha_dropout_noise_on_cpu").MultiHeadAttention(4, 2, 0.5).to("meta").train()
+    with pytest.raises(RuntimeError):
+        mha(QUERY.to("meta"), KEY.to("meta"), KEY.to("meta"))
+
+
+def test_a_mask_cut_from_a_longer_call_and_a_sliding_window_miss_the_reference():
+    module = load("causal_mask_cut_from_a_longer_call")
+    layer = module.CausalSelfAttention(config(module)).double().eval()
+    layer(torch.randn(1, 6, 8))
+    x = torch.randn(1, 3, 8)
+    assert (layer(x) - causal(layer, x)).abs().max() > 0.1
+    module = load("causal_sliding_window")
+    layer = module.CausalSelfAttention(config(module)).double().eval()
+    x = torch.randn(1, 8, 8)
+    assert (layer(x) - causal(layer, x)).abs().max() > 1e-3
+    x = torch.randn(1, 6, 8)  # within its window it is right
+    assert (layer(x) - causal(layer, x)).abs().max() < 1e-12
+
+
+def test_a_fused_path_causal_in_eval_only_sees_the_future_in_training():
+    module = load("causal_fused_train_not_causal")
+    layer = module.CausalSelfAttention(config(module)).double().train()  # dropout 0: train is deterministic
+    x = torch.randn(1, 5, 8)
+    assert (layer(x, fused=True) - causal(layer, x)).abs().max() > 0.1
+    assert (layer(x) - causal(layer, x)).abs().max() < 1e-12
+
+
+def test_a_hand_written_softmax_backward_gives_other_gradients():
+    sa = load("sa_softmax_backward_wrong").SelfAttention(4).double()
+    x = torch.randn(2, 4, 4)
+    output, _ = sa(x)
+    assert (output - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]).abs().max() < 1e-12  # exact forward
+    output.sum().backward()
+    got = sa.W_Q.weight.grad.clone()
+    sa.zero_grad()
+    attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0].sum().backward()
+    assert (got - sa.W_Q.weight.grad).abs().max() > 0.1
