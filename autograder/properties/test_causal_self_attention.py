@@ -192,9 +192,8 @@ def test_train_dropout(worker, dims, seed, p):
     for fused, evaluated, trained, redrawn, changed, again in ((False, *replies[:5]), (True, *replies[5:])):
         path = f"fused={fused}"
         trained = output(trained, dims)
-        if checks.train_output_leaks(trained, output(changed, dims), output(again, dims)):
-            raise PropertyFailure("future_leak_train_upstream", path=path)  # dropout cannot be judged: causality's
-        if np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
+        leaks = checks.train_output_leaks(trained, output(changed, dims), output(again, dims))
+        if not leaks and np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
             first, second = (checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, y, path)
                              for y in (trained, output(redrawn, dims)))
             seen = (first >= 0) & (second >= 0)  # B·h >= 128 weights drawn twice: see checks.dropout_redrawn
@@ -204,7 +203,8 @@ def test_train_dropout(worker, dims, seed, p):
                 checks.dropout_redrawn(first[seen], second[seen], p, "first_token_weights")
         else:
             # A bug outside dropout (reference_match's, fused_equivalence's, NaN rows from a mask read
-            # the other way: causality's): judge only what does not depend on it, resid_drop's zeros.
+            # the other way or a future seen in train mode: causality's): judge only what does not
+            # depend on it, resid_drop's zeros.
             checks.resid_dropout_zeros(trained, p, dims["n_head"], "proj.bias" in module.params, path)
 
 
