@@ -134,3 +134,12 @@ def test_an_error_kind_the_worker_may_not_claim_is_shown_as_an_exception(said, m
     with pytest.raises(SubmissionError) as caught:
         worker._answer("SelfAttention", "call", {"method": "forward"})
     assert caught.value.kind == "exception" and caught.value.op == "forward"
+
+
+def test_requests_and_replies_larger_than_both_pipes_do_not_deadlock(worker):
+    """Twelve calls of 64 KiB inputs sent at once: the worker's replies fill their pipe before the
+    grader has written every request, and a worker blocked writing reads no more requests. The
+    grader reads replies while it writes (a seed of the corpus timed out on 10 calls of 14 KiB)."""
+    x = np.ones((16, 256, 4), np.float32)  # 64 KiB in, 64 KiB out
+    answers = worker.calls("SelfAttention", [build("big", 4), *[call("big", x) for _ in range(12)]])
+    assert all(np.array_equal(a["outputs"][0], answers[1]["outputs"][0]) for a in answers[1:])

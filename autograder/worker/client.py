@@ -288,13 +288,18 @@ class Worker:
             self.ready = True
 
     def _send(self, frame, deadline):
+        """Write the request frames, reading the worker's replies meanwhile into the inbox: several
+        requests sent at once can outgrow both pipes (64 KiB each), and a worker blocked writing
+        its replies reads no more requests."""
         view = memoryview(frame)
         while view:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SubmissionError("timeout")
-            readable, writable, _ = select.select(self._outputs(), [self.request_fd], [], min(remaining, POLL_S))
+            readable, writable, _ = select.select([self.response_fd, *self._outputs()], [self.request_fd], [],
+                                                  min(remaining, POLL_S))
             self._drain_output(readable)
+            self._read_replies(readable)
             self.watch.check(self.proc.pid, self.sandbox)
             if writable:
                 try:
@@ -316,12 +321,16 @@ class Worker:
                 raise SubmissionError("timeout")
             readable, _, _ = select.select([self.response_fd, *self._outputs()], [], [], min(remaining, POLL_S))
             self._drain_output(readable)
-            if self.response_fd in readable:
-                chunk = os.read(self.response_fd, 1 << 20)
-                if not chunk:
-                    raise self._crash()
-                self.inbox += chunk
+            self._read_replies(readable)
             self.watch.check(self.proc.pid, self.sandbox)
+
+    def _read_replies(self, readable):
+        """Append what the worker wrote to the inbox, when select found some; a closed pipe is a crash."""
+        if self.response_fd in readable:
+            chunk = os.read(self.response_fd, 1 << 20)
+            if not chunk:
+                raise self._crash()
+            self.inbox += chunk
 
     def _take_reply(self):
         """Cut the first whole frame off the inbox and decode it; None while it is incomplete."""
