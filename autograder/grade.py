@@ -45,6 +45,7 @@ class Collected(NamedTuple):
     outcomes: list
     peak_rss_mib: float
     isolation: list  # the layers the worker ran under (sandbox.Sandbox.layers); [] if it never ran
+    graded_file: str | None = None  # which file of a folder or zip was graded
 
 
 @dataclass
@@ -99,6 +100,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
         return Collected(outcomes, 0.0, [])
+    chosen = loaded.filename if Path(path).is_dir() or Path(path).suffix == ".zip" else None
     uid = worker_uid(slot)
     if uid is not None:
         close_to_workers(private)
@@ -110,7 +112,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
         outcomes = run_properties(worker, config)
     finally:
         worker.stop()
-    return Collected(outcomes, worker.peak_rss / 2**20, worker.layers)
+    return Collected(outcomes, worker.peak_rss / 2**20, worker.layers, chosen)
 
 
 def grade(path, config, out_dir=None, slot=0, previous=None):
@@ -121,6 +123,9 @@ def grade(path, config, out_dir=None, slot=0, previous=None):
     # top of results.json, once; each of those tests says it in one line.
     scored = scoring.score(collected.outcomes, config)
     overview = feedback.overview(collected.outcomes, config.language)
+    if collected.graded_file:
+        overview = "\n".join(filter(None, (feedback.label("graded_file", config.language, file=collected.graded_file),
+                                            overview)))
     graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.peak_rss_mib,
                     collected.isolation)
     if out_dir is not None:

@@ -25,7 +25,10 @@ the solution.
 import ast
 import bisect
 import builtins
+import codecs
+import contextlib
 import errno
+import io
 import json
 import os
 import re
@@ -109,36 +112,70 @@ def _load(path):
     if stat.S_ISLNK(mode):
         raise SubmissionUnreadable("symlink", file=path.name)
     if stat.S_ISDIR(mode):
-        chosen = _pick(_walk(path))
-        data = _read(path / chosen, chosen)
+        chosen, text = _choose(_walk(path), lambda name: _read(path / name, name))
     elif not stat.S_ISREG(mode):
         raise SubmissionUnreadable("missing", file=str(path))
     elif path.suffix == ".zip":
-        chosen, data = _zip_member(path)
+        chosen, text = _zip_member(path)
     elif path.suffix in (".py", ".ipynb"):
-        chosen, data = path.name, _read(path, path.name)
+        chosen, text = path.name, _decode(_read(path, path.name), path.name)
     else:
         raise SubmissionUnreadable("no_python_file", files=[path.name])
-    return Submission(_decode(data, chosen), clean(PurePosixPath(chosen).name))
+    return Submission(text, clean(chosen))
+
+
+def _choose(names, read):
+    """(name, source text) of the file to grade among `names` (a folder's files or a zip's
+    members); read(name) gives a file's first bytes.
+
+    _pick's choice, except that the exercise's file still raising NotImplementedError beside one
+    notebook that raises none yields to that notebook: the student who solved the exercise in
+    its notebook and handed in the whole folder, the untouched stub with it, meant the notebook.
+    """
+    chosen = _pick(names)
+    text = _decode(read(chosen), chosen)
+    if PurePosixPath(chosen).name != EXERCISE.submission or not _UNFINISHED.search(text):
+        return chosen, text
+    notebooks = _candidates(names, ".ipynb")
+    if len(notebooks) != 1:
+        return chosen, text
+    try:
+        notebook = _decode(read(notebooks[0]), notebooks[0])
+    except SubmissionUnreadable:
+        return chosen, text
+    return (chosen, text) if _UNFINISHED.search(notebook) else (notebooks[0], notebook)
+
+
+_UNFINISHED = re.compile(r"^[^\S\n]+raise[^\S\n]+NotImplementedError\b", re.MULTILINE)  # a stub's method body
 
 
 def _pick(names):
     """The exercise's file (attention.py) if present, the shallowest first (a zip lists its members
     in any order: an old copy in a subfolder must not win over the one at the top), else the only
     .py (not a test), else the only notebook."""
-    paths = sorted((PurePosixPath(n) for n in names), key=lambda p: (len(p.parts), p.parts))
-    paths = [p for p in paths if "__MACOSX" not in p.parts and not p.name.startswith(".")]
+    paths = _visible(names)
     for candidate in paths:
         if candidate.name == EXERCISE.submission:
             return str(candidate)
     for suffix in (".py", ".ipynb"):
-        found = [p for p in paths if p.suffix == suffix and p.name not in IGNORED
-                 and not p.name.startswith("test_") and ".ipynb_checkpoints" not in p.parts]
+        found = _candidates(names, suffix)
         if len(found) == 1:
-            return str(found[0])
+            return found[0]
         if len(found) > 1:
-            raise SubmissionUnreadable("several_files", files=sorted(p.name for p in found)[:20])
+            raise SubmissionUnreadable("several_files", files=sorted(PurePosixPath(p).name for p in found)[:20])
     raise SubmissionUnreadable("no_python_file", files=sorted(p.name for p in paths)[:20])
+
+
+def _visible(names):
+    """The names as paths, shallowest first, without macOS's and hidden files."""
+    paths = sorted((PurePosixPath(n) for n in names), key=lambda p: (len(p.parts), p.parts))
+    return [p for p in paths if "__MACOSX" not in p.parts and not p.name.startswith(".")]
+
+
+def _candidates(names, suffix):
+    """The files with that suffix that could be the student's code (not tests, setup or checkpoints)."""
+    return [str(p) for p in _visible(names) if p.suffix == suffix and p.name not in IGNORED
+            and not p.name.startswith("test_") and ".ipynb_checkpoints" not in p.parts]
 
 
 def _walk(root):
@@ -197,31 +234,43 @@ def _limit(name):
 
 
 def _zip_member(path):
-    """(name, first _limit + 1 bytes) of the member of the zip at path that is to be graded."""
+    """(name, source text) of the member of the zip at path that is to be graded."""
     with _open(path, path.name) as handle:
-        try:
+        with _zip_errors():
             count, directory = _zip_directory(handle)
             if count > MAX_ENTRIES or directory > MAX_ZIP_DIRECTORY:
                 raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
-            with zipfile.ZipFile(handle) as archive:
+            archive = zipfile.ZipFile(handle)
+        with archive:
+            with _zip_errors():
                 infos = archive.infolist()
-                if len(infos) > MAX_ENTRIES:  # the count in the end record can lie; the directory size cannot
-                    raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
-                for info in infos:
-                    if stat.S_ISLNK(info.external_attr >> 16):
-                        raise SubmissionUnreadable("symlink", file=info.filename)
-                members = {info.filename: info for info in infos if not info.is_dir()}
-                chosen = _pick(members)
-                info = members[chosen]
-                if info.flag_bits & 0x1:
-                    raise SubmissionUnreadable("encrypted_zip", file=chosen)
-                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                    # zipfile inflates bzip2 and lzma input in one call, however large the output
-                    raise SubmissionUnreadable("zip_compression", file=chosen)
-                with archive.open(info) as member:
-                    return chosen, member.read(_limit(chosen) + 1)
-        except ZIP_ERRORS as exc:
-            raise SubmissionUnreadable("bad_zip", error=str(exc) or type(exc).__name__) from None
+            if len(infos) > MAX_ENTRIES:  # the count in the end record can lie; the directory size cannot
+                raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
+            for info in infos:
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    raise SubmissionUnreadable("symlink", file=info.filename)
+            members = {info.filename: info for info in infos if not info.is_dir()}
+            return _choose(members, lambda name: _zip_read(archive, members[name]))
+
+
+@contextlib.contextmanager
+def _zip_errors():
+    """What zipfile raises on a damaged archive or member, as the student's bad_zip."""
+    try:
+        yield
+    except ZIP_ERRORS as exc:
+        raise SubmissionUnreadable("bad_zip", error=str(exc) or type(exc).__name__) from None
+
+
+def _zip_read(archive, info):
+    """The first _limit + 1 bytes of one member, if it is stored in a way read in bounded steps."""
+    if info.flag_bits & 0x1:
+        raise SubmissionUnreadable("encrypted_zip", file=info.filename)
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        # zipfile inflates bzip2 and lzma input in one call, however large the output
+        raise SubmissionUnreadable("zip_compression", file=info.filename)
+    with _zip_errors(), archive.open(info) as member:
+        return member.read(_limit(info.filename) + 1)
 
 
 def _zip_directory(handle):
@@ -258,8 +307,32 @@ def _decode(data, name):
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise SubmissionUnreadable("not_utf8", file=name) from None
+        if not name.endswith(".py"):
+            raise SubmissionUnreadable("not_utf8", file=name) from None
+        text = _declared_encoding(data, name)
     return notebook_source(text, name) if name.endswith(".ipynb") or _renamed_notebook(text) else text
+
+
+def _declared_encoding(data, name):
+    """The text of a .py that is not UTF-8 but declares its encoding (PEP 263, `# -*- coding:
+    latin-1 -*-` on line 1 or 2), as Python itself would read it. The declaration then says
+    utf-8, the encoding the worker's copy is written in; the lines keep their numbers."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        if codecs.lookup(encoding).name == "utf-8":
+            raise UnicodeError("no other encoding declared")
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeError):
+        raise SubmissionUnreadable("not_utf8", file=name) from None
+    head = text.split("\n", 2)
+    for i, line in enumerate(head[:2]):
+        if _CODING.match(line):
+            head[i] = _CODING.sub(lambda m: m.group(0)[:m.start(1) - m.start(0)] + "utf-8", line, count=1)
+            break
+    return "\n".join(head)
+
+
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")  # PEP 263's declaration
 
 
 def _renamed_notebook(text):

@@ -95,6 +95,43 @@ def test_nothing_at_the_top_when_no_group_of_tests_failed_together(tmp_path, mon
     assert written(tmp_path, outcomes, monkeypatch)["output"] == ""
 
 
+@pytest.mark.parametrize("language, line", [
+    ("es", "Archivo calificado: tarea/attention.ipynb (el único de tu entrega que se revisa; "
+           "si no es el que querías, entrega solo ese)."),
+    ("en", "File graded: tarea/attention.ipynb (the only one of your submission that is checked; "
+           "if it is not the one you meant, submit only that one)."),
+])
+def test_the_file_graded_from_a_folder_or_zip_is_named_first(tmp_path, monkeypatch, language, line):
+    passed = [Outcome(p.cls, p.name, "passed") for p in CONFIG["es"].properties]
+    monkeypatch.setattr(grade, "collect_outcomes",
+                        lambda *args, **kwargs: grade.Collected(passed, 0.0, [], "tarea/attention.ipynb"))
+    grade.grade(tmp_path, CONFIG[language], out_dir=tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["output"] == line
+
+
+class _NoWorker:
+    """collect_outcomes' worker, for tests that look only at what is loaded."""
+    peak_rss, layers = 0, []
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+@pytest.mark.parametrize("where, named", [("folder", "attention.py"), ("file", None)])
+def test_collect_outcomes_names_the_chosen_file_only_for_a_folder_or_zip(tmp_path, monkeypatch, where, named):
+    from autograder import suite_runner
+    (tmp_path / "attention.py").write_text("x = 1\n", encoding="utf-8")
+    monkeypatch.setattr(suite_runner, "run_properties", lambda worker, config: [])
+    path = tmp_path if where == "folder" else tmp_path / "attention.py"
+    assert grade.collect_outcomes(path, CONFIG["es"], worker_class=_NoWorker).graded_file == named
+
+
 def test_an_import_error_of_a_notebook_names_its_cell_once(tmp_path, monkeypatch):
     params = {"kind": "import_error", "message": "No module named 'einops'", "exc_type": "ModuleNotFoundError",
               "line": 2, "cell": 3, "cls": None, "op": "import", "limit": None}

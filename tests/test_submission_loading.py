@@ -71,7 +71,7 @@ def test_zip_with_nested_folder_and_macos_junk(tmp_path):
         "entrega/test_attention.py": "x = 1\n",
     })
     loaded = submission.load(archive)
-    assert (loaded.source, loaded.filename) == (CODE, "solucion.py")
+    assert (loaded.source, loaded.filename) == (CODE, "entrega/solucion.py")
 
 
 def test_zip_prefers_attention_py(tmp_path):
@@ -185,3 +185,54 @@ def test_unreadable_submission_scores_zero_with_a_spanish_reason(tmp_path, gradi
     for test in written["tests"]:
         assert (test["score"], test["status"]) == (0, "failed")
         assert test["output"] == "No se pudo leer tu entrega: mira el mensaje al principio.", test["output"]
+
+
+STUB_BODY = ("import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    def forward(self, x):\n"
+             "        # TODO\n        raise NotImplementedError\n")
+
+
+def notebook_of(code):
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": code.splitlines(keepends=True)}]})
+
+
+@pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
+def test_untouched_stub_beside_a_solved_notebook_yields_to_the_notebook(tmp_path, as_zip):
+    files = {"tarea/attention.py": STUB_BODY, "tarea/attention.ipynb": notebook_of(CODE)}
+    where = make_zip(tmp_path / "e.zip", files) if as_zip else make_tree(tmp_path / "e", files)
+    loaded = submission.load(where)
+    assert loaded.filename == "tarea/attention.ipynb" and "class SelfAttention" in loaded.source
+    assert "NotImplementedError" not in loaded.source
+
+
+@pytest.mark.parametrize("files, graded", [
+    ({"attention.py": CODE, "cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),  # the .py is solved
+    ({"attention.py": STUB_BODY, "cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),  # neither is
+    ({"attention.py": STUB_BODY, "a.ipynb": notebook_of(CODE), "b.ipynb": notebook_of(CODE)}, "attention.py"),
+    ({"attention.py": STUB_BODY, "cuaderno.ipynb": "{not json"}, "attention.py"),  # unreadable notebook
+])
+def test_the_exercise_file_is_kept_unless_one_solved_notebook_stands_beside_its_stub(tmp_path, files, graded):
+    assert submission.load(make_tree(tmp_path, files)).filename == graded
+
+
+def test_a_py_declaring_its_encoding_is_read_as_python_reads_it(tmp_path):
+    """PEP 263: a latin-1 file that says so is valid Python; its copy says utf-8, lines unmoved."""
+    path = tmp_path / "attention.py"
+    path.write_bytes("# -*- coding: latin-1 -*-\n# Atención\nclass SelfAttention:\n    año = 'señal'\n"
+                     .encode("latin-1"))
+    source = submission.load(path).source
+    assert source == "# -*- coding: utf-8 -*-\n# Atención\nclass SelfAttention:\n    año = 'señal'\n"
+    namespace = {}
+    exec(compile(source.encode("utf-8"), "attention.py", "exec"), namespace)
+    assert namespace["SelfAttention"].año == "señal"
+
+
+@pytest.mark.parametrize("data", [
+    "x = 'señal'\n".encode("latin-1"),                        # no declaration: Python refuses it too
+    "# coding: utf-8\nx = 'señal'\n".encode("latin-1"),      # declared UTF-8, but it is not
+    "# coding: no-such-codec\nx = 'señal'\n".encode("latin-1"),
+])
+def test_a_py_that_is_not_what_it_declares_is_unreadable(tmp_path, data):
+    (tmp_path / "attention.py").write_bytes(data)
+    assert unreadable_code(tmp_path / "attention.py")[0] == "not_utf8"
