@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
 from .harness import INPUT_SCALES, Remote, gaussian, graded, one_row, runs_until_failure
-from .strategies import causal_dims, dropout_rates, parameter_seed, rng_for, seeds
+from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 
 CLS = "CausalSelfAttention"
 
@@ -96,7 +96,7 @@ def test_mask_buffer(worker, dims):
 def test_causality(worker, dims, data):
     module, rng = loaded(worker, dims)
     T = dims["T"]
-    position = data.draw(st.integers(1, T - 1), label="position")
+    position = data.draw(integers(1, T - 1), label="position")
     example(**dims, position=position)
     x = inputs(rng, dims)
     before = output(module.run(x), dims)
@@ -226,7 +226,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
     dims = {**dims, "B": max(dims["B"], -(-64 // dims["T"]))}
     module, rng = loaded(worker, dims, dropout=p)
     B, T, C = dims["B"], dims["T"], dims["n_embd"]
-    row = data.draw(st.integers(0, T - 2), label="row")
+    row = data.draw(integers(0, T - 2), label="row")
     example(**dims, dropout=p, fused=fused, dropout_seed=seed, row=row)
     x = inputs(rng, dims)
     upstream = one_row((B, T, C), row, rng)

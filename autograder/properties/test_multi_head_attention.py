@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
 from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
-from .strategies import dropout_rates, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -250,7 +250,7 @@ def test_gradients(worker, dims, p, seed, data):
     dims = {**dims, "B": max(dims["B"], -(-64 // (dims["h"] * dims["Tq"])))}
     module, rng = loaded(worker, dims, dropout=p)
     B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]
-    row = data.draw(st.integers(0, Tq - 1), label="row")
+    row = data.draw(integers(0, Tq - 1), label="row")
     example(**dims, dropout=p, dropout_seed=seed, row=row)
     args, mask = cross_inputs(rng, dims), random_mask(rng, B, Tq, Tk)
     upstream = one_row((B, Tq, dims["d_model"]), row, rng)

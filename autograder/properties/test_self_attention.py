@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import example, expect_close, require
 from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
-from .strategies import mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
 
@@ -156,7 +156,7 @@ def test_gradients(worker, dims, data):
     no gradient reaches the positions its mask closes (apart from its own: x_i makes q_i)."""
     module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
-    row = data.draw(st.integers(0, T - 1), label="row")
+    row = data.draw(integers(0, T - 1), label="row")
     example(**dims, row=row)
     x, mask = inputs(rng, dims), random_mask(rng, B, T, T)
     mask[:, (row + 1) % T, :] = 1  # a row open everywhere: the masked call's W_Q and W_K get a gradient
