@@ -194,3 +194,37 @@ def test_the_worker_environment_keeps_only_the_gpu_selection(monkeypatch):
         assert "CUDA_VISIBLE_DEVICES" not in box.env()
     finally:
         box.cleanup()
+
+
+# A process that sets its uid, optionally makes itself not dumpable (the files of its /proc folder
+# then belong to root), says who owns its /proc folder and sleeps.
+UID_SLEEPER = r'''
+import ctypes, os, sys, time
+uid, dumpable = int(sys.argv[1]), sys.argv[2] == "1"
+os.setgid(uid)
+os.setuid(uid)
+if not dumpable:
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+print(os.stat(f"/proc/{os.getpid()}").st_uid, flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("dumpable", [True, False], ids=["dumpable", "not-dumpable"])
+def test_a_scan_for_one_uid_finds_its_processes_and_skips_other_users(dumpable):
+    """processes(owners={uid}) reads only the /proc folders of uid: a process of uid is found, with
+    its real uid, also when it made itself not dumpable; a process of another user is passed over."""
+    uid, other = BASE_UID + 200, BASE_UID + 201
+    sleepers = [subprocess.Popen([sys.executable, "-c", UID_SLEEPER, str(u), "1" if d else "0"], stdout=subprocess.PIPE,
+                                 text=True) for u, d in ((uid, dumpable), (other, True))]
+    try:
+        owners = [int(s.stdout.readline()) for s in sleepers]
+        assert owners == [uid, other]
+        found = {p.pid: p.uid for p in procfs.processes(owners={uid})}
+        assert found.get(sleepers[0].pid) == uid
+        assert sleepers[1].pid not in found
+        assert {p.pid: p.uid for p in procfs.processes()}.get(sleepers[1].pid) == other
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()

@@ -227,7 +227,7 @@ def _uids_with_keys():
 def uids_with_residue(first, last):
     """Uids in [first, last] that own a live process, a file in a writable place, an IPC object
     or a kernel key."""
-    owners = {p.uid for p in procfs.processes() if p.state != "Z"} | _uids_with_keys()
+    owners = {p.uid for p in procfs.processes(owners=set(range(first, last + 1))) if p.state != "Z"} | _uids_with_keys()
     owners.update(owner for _, owner in _owners(writable_places()))
     owners.update(int(row.get("uid", -1)) for kind in SYSV_COLUMNS for row in _sysv_rows(kind))
     return {uid for uid in owners if first <= uid <= last}

@@ -238,7 +238,8 @@ def kill_uid(uid):
             deadline = time.monotonic() + KILL_WAIT_S
             while time.monotonic() < deadline:
                 os.kill(-1, signal.SIGKILL)
-                if not any(p.uid == uid and p.pid != me and p.state != "Z" for p in procfs.processes()):
+                left = procfs.processes(owners={uid})
+                if not any(p.uid == uid and p.pid != me and p.state != "Z" for p in left):
                     break
                 time.sleep(0.01)
             if SYS_KEYCTL is not None:

@@ -4,6 +4,7 @@ Memory is the resident size of every process of the submission plus what no RSS 
 and deleted files kept open, its scratch tmpfs in namespaces, or else its /dev/shm files and
 System V segments); a sample over a limit fails the request as a SubmissionError.
 """
+import os
 import time
 
 from . import namespaces, procfs, residue
@@ -18,8 +19,8 @@ def worker_processes(session, uid=None):
     worker's uid, what left the session (setsid) included, and no root stand-in of namespaces.py;
     otherwise every process in the worker's session."""
     if uid is not None:
-        return [(p.pid, p.rss) for p in procfs.processes() if p.uid == uid]
-    return [(p.pid, p.rss) for p in procfs.processes() if p.session == session]
+        return [(p.pid, p.rss) for p in procfs.processes(owners={uid}) if p.uid == uid]
+    return [(p.pid, p.rss) for p in procfs.processes(owners={os.geteuid()}) if p.session == session]
 
 
 class ResourceWatch:
