@@ -545,8 +545,28 @@ def _statements(tree, code, cell):
             line = node.lineno
             start = starts[line - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
-        found.append(_Statement(data, start, end, cell, line, kind, names))
+        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names))
     return found
+
+
+_MAIN = b"'__main__'"
+
+
+def _as_in_the_kernel(node, data, starts, start, end):
+    """(data, start, end) of a statement whose reads of `__name__` say what they say in a notebook's
+    kernel, "__main__": the module the worker imports is named after the exercise's file, and a
+    notebook's `if __name__ == "__main__":` block, true in Jupyter, must stay true there."""
+    if b"__name__" not in data[start:end]:
+        return data, start, end
+    spans = sorted((starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset)
+                   for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == "__name__"
+                   and isinstance(n.ctx, ast.Load))
+    pieces, at = [], start
+    for first, last in spans:
+        pieces += [data[at:first], _MAIN]
+        at = last
+    text = b"".join(pieces) + data[at:end]
+    return text, 0, len(text)
 
 
 def _mutated(node):

@@ -125,6 +125,23 @@ def test_constants_used_by_the_classes_are_kept_transitively_and_in_order():
                              "CausalSelfAttention"]
 
 
+def test_name_reads_main_as_in_the_kernel():
+    """In Jupyter `__name__` is "__main__": classes and constants under `if __name__ == "__main__":`
+    exist there, and so they must in the module the worker imports under the exercise's name."""
+    source = kept(
+        "import torch\nimport logging\nLOG = logging.getLogger(__name__)",
+        'if __name__ == "__main__":\n    NEG_INF = float("-inf")\nelse:\n    NEG_INF = 0.0',
+        "class SelfAttention(torch.nn.Module):\n    def forward(self, x):\n        LOG.debug(__name__)\n"
+        "        return x.masked_fill(x < 0, NEG_INF)",
+    )
+    namespace = {"__name__": "attention"}
+    exec(compile(code_of(source), "attention.py", "exec"), namespace)
+    assert namespace["NEG_INF"] == float("-inf") and namespace["LOG"].name == "__main__"
+    assert "LOG.debug('__main__')" in source
+    line = code_of(source).splitlines().index("if '__main__' == \"__main__\":") + 1
+    assert cell_lines(source).locate(line) == (2, 1)  # the line still maps to the student's
+
+
 @pytest.mark.parametrize("definition", [
     "def helper(x, fill=VALUE):\n    return x\n\nclass SelfAttention:\n    f = staticmethod(helper)",  # default
     "@decorate(VALUE)\nclass SelfAttention:\n    pass",                                               # decorator
