@@ -128,42 +128,58 @@ def _choose(names, read):
     """(name, source text) of the file to grade among `names` (a folder's files or a zip's
     members); read(name) gives a file's first bytes.
 
-    _pick's choice, except that the exercise's file still raising NotImplementedError beside one
-    notebook that raises none yields to that notebook: the student who solved the exercise in
-    its notebook and handed in the whole folder, the untouched stub with it, meant the notebook.
+    The exercise's file (attention.py), the shallowest, when there is one; but when it still raises
+    NotImplementedError beside one notebook that raises none, that notebook: the student who
+    solved the exercise in its notebook and handed in the whole folder, the untouched stub with it,
+    meant the notebook. Without it, the one .py or notebook that defines a graded class (a helper
+    utils.py beside the notebook is not the submission), else the only .py, else the only notebook.
     """
-    chosen = _pick(names)
-    text = _decode(read(chosen), chosen)
-    if PurePosixPath(chosen).name != EXERCISE.submission or not _UNFINISHED.search(text):
-        return chosen, text
+    paths = _visible(names)
+    exercise = next((str(p) for p in paths if p.name == EXERCISE.submission), None)
+    if exercise is None:
+        chosen = _defining(names, read) or _pick(names)
+        return chosen, _decode(read(chosen), chosen)
+    text = _decode(read(exercise), exercise)
     notebooks = _candidates(names, ".ipynb")
-    if len(notebooks) != 1:
-        return chosen, text
+    if not _UNFINISHED.search(text) or len(notebooks) != 1:
+        return exercise, text
     try:
         notebook = _decode(read(notebooks[0]), notebooks[0])
     except SubmissionUnreadable:
-        return chosen, text
-    return (chosen, text) if _UNFINISHED.search(notebook) else (notebooks[0], notebook)
+        return exercise, text
+    return (exercise, text) if _UNFINISHED.search(notebook) else (notebooks[0], notebook)
 
 
 _UNFINISHED = re.compile(r"^[^\S\n]+raise[^\S\n]+NotImplementedError\b", re.MULTILINE)  # a stub's method body
+_DEFINES = re.compile(rb"class\s+(?:%s)\b" % b"|".join(n.encode() for n in EXERCISE.class_names))
+MAX_SCANNED = 8  # candidates read in search of the graded classes: at most 8 x 16 MiB
+
+
+def _defining(names, read):
+    """The only .py or notebook among a few whose text defines a graded class, or None."""
+    candidates = _candidates(names, ".py") + _candidates(names, ".ipynb")
+    if not 1 < len(candidates) <= MAX_SCANNED:
+        return None
+    defining = []
+    for name in candidates:
+        try:
+            if _DEFINES.search(read(name)):
+                defining.append(name)
+        except SubmissionUnreadable:
+            continue
+    return defining[0] if len(defining) == 1 else None
 
 
 def _pick(names):
-    """The exercise's file (attention.py) if present, the shallowest first (a zip lists its members
-    in any order: an old copy in a subfolder must not win over the one at the top), else the only
-    .py (not a test), else the only notebook."""
-    paths = _visible(names)
-    for candidate in paths:
-        if candidate.name == EXERCISE.submission:
-            return str(candidate)
+    """Without the exercise's file and without one file that defines a graded class: the only .py
+    (not a test), else the only notebook."""
     for suffix in (".py", ".ipynb"):
         found = _candidates(names, suffix)
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
             raise SubmissionUnreadable("several_files", files=sorted(PurePosixPath(p).name for p in found)[:20])
-    raise SubmissionUnreadable("no_python_file", files=sorted(p.name for p in paths)[:20])
+    raise SubmissionUnreadable("no_python_file", files=sorted(p.name for p in _visible(names))[:20])
 
 
 def _visible(names):

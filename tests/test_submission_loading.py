@@ -236,3 +236,17 @@ def test_a_py_declaring_its_encoding_is_read_as_python_reads_it(tmp_path):
 def test_a_py_that_is_not_what_it_declares_is_unreadable(tmp_path, data):
     (tmp_path / "attention.py").write_bytes(data)
     assert unreadable_code(tmp_path / "attention.py")[0] == "not_utf8"
+
+
+@pytest.mark.parametrize("files, graded", [
+    ({"utils.py": "def ayuda():\n    pass\n", "tarea.ipynb": notebook_of(CODE)}, "tarea.ipynb"),  # a helper beside it
+    ({"modelo.py": CODE, "experimentos.ipynb": notebook_of("print(1)\n")}, "modelo.py"),
+    ({"utils.py": "x = 1\n", "sub/solucion.py": CODE}, "sub/solucion.py"),
+])
+def test_without_the_exercise_file_the_one_file_defining_a_graded_class_is_graded(tmp_path, files, graded):
+    assert submission.load(make_tree(tmp_path, files)).filename == graded
+
+
+def test_two_files_defining_the_classes_are_still_refused_as_ambiguous(tmp_path):
+    make_tree(tmp_path, {"v1.py": CODE, "v2.py": CODE, "notas.ipynb": notebook_of("x = 1\n")})
+    assert unreadable_code(tmp_path) == ("several_files", {"files": ["v1.py", "v2.py"]})
