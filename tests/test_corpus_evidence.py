@@ -96,6 +96,21 @@ def test_a_dropout_mask_drawn_once_repeats_under_other_seeds():
     assert torch.equal(layer(x), once)
 
 
+def test_a_dropout_keeping_with_probability_p_drops_one_minus_p_of_the_weights():
+    """With p = 0.25 nn.Dropout drops a quarter of the weights; this one drops three quarters (in
+    float64: the first token's single weight per head is either 0 or 1/(1 - p))."""
+    module = load("causal_dropout_keep_prob")
+    layer = module.CausalSelfAttention(config(module, dropout=0.25)).double().train()
+    layer.resid_drop.p = 0.0
+    layer.proj.weight.data = torch.eye(8, dtype=torch.float64)
+    layer.proj.bias.data.zero_()
+    torch.manual_seed(0)
+    first = layer(torch.randn(4096, 1, 8, dtype=torch.float64))[:, 0]  # T = 1: one weight per head
+    dropped = float((first == 0).double().mean())
+    assert abs(dropped - 0.75) < 0.03
+    assert abs(float((torch.nn.Dropout(0.25)(torch.ones(100_000)) == 0).double().mean()) - 0.25) < 0.01
+
+
 def test_dropout_noise_made_on_the_cpu_fails_on_another_device():
     mha = load("mha_dropout_noise_on_cpu").MultiHeadAttention(4, 2, 0.5).to("meta").train()
     with pytest.raises(RuntimeError):

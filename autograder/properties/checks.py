@@ -288,6 +288,24 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+def first_token_dropout_rate(choices, heads, p):
+    """The first token's attention weights that causal_dropout's choices say were dropped (a 0 bit
+    of a row's choice, one bit per head) must be about a fraction p of those seen (rows that
+    resid_drop did not wipe out, choice -1): dropout_rate's band. Judged where proj has a bias, so
+    that a row whose every weight was dropped still shows (as proj's bias alone), and on at least
+    MIN_FIRST_TOKEN_DRAWS weights, where the band is at most ±0.4 of them wide: a dropout that
+    keeps with probability p instead of 1 - p (rate 0.75 for p = 0.25) falls outside it."""
+    seen = choices[choices >= 0]
+    total = seen.size * heads
+    if total < MIN_FIRST_TOKEN_DRAWS:
+        return
+    kept = int(sum(int(c).bit_count() for c in seen))
+    dropout_rate(total - kept, total, p, "first_token_weights")
+
+
+MIN_FIRST_TOKEN_DRAWS = 64
+
+
 def train_output_leaks(before, after, again):
     """Whether a train-mode output (B, T, C) moved before its last token when only that token
     changed (after), under one seed: the same dropout masks. Judged only if the same input again

@@ -210,6 +210,8 @@ def test_train_dropout(worker, dims, seed, p):
             # was dropped is all zeros, as if resid_drop had dropped it, so one head shows only "kept".
             if len(np.unique(first[seen])) > 1:
                 checks.dropout_redrawn(first[seen], second[seen], p, "first_token_weights")
+            if "proj.bias" in module.params:
+                checks.first_token_dropout_rate(np.concatenate([first, second]), dims["n_head"], p)
         else:
             # A bug outside dropout (reference_match's, fused_equivalence's, NaN rows from a mask read
             # the other way or a future seen in train mode: causality's): judge only what does not
