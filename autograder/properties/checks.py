@@ -217,6 +217,37 @@ def stable_when_large(plain, masked, mask, at_scale_1):
     unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(*at_scale_1(), mask))
 
 
+def weights_are_the_reference(weights, bounded):
+    """Whether weights a module returned are the reference's (bounded: what reference.*_bounded
+    returns, weights second and their bound fourth), up to float32 rounding; never fails."""
+    expected, bound = bounded[1], bounded[3]
+    if not (isinstance(weights, np.ndarray) and weights.shape == expected.shape):
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.abs(weights - expected) <= reference_tolerance(expected, bound)))
+
+
+WINNER_SLACK = 1e-3
+
+
+def winners_kept_when_large(weights, winners, right_at_scale_1):
+    """At magnitude ~1000, on the rows where the reference's softmax is an argmax (`winners`: one
+    (winner, decided) pair of reference.decided per call), the weights (one array per call) put
+    all but WINNER_SLACK of the row on that position, as any correct module does, whatever its
+    order of operations. A module that changes large scores (clamps them, say) spreads it. Judged
+    only when the same calls at magnitude ~1 are right (right_at_scale_1()): a module that
+    computes other scores, reference_match's mistake, picks other winners at any magnitude."""
+    for got_weights, (winner, sure) in zip(weights, winners):
+        got = np.take_along_axis(got_weights, winner[..., None], -1)[..., 0]
+        bad = sure & ~(got >= 1 - WINNER_SLACK)
+        if bad.any():
+            if not right_at_scale_1():
+                return
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise PropertyFailure("large_scores_changed", index=list(index), got=round(float(got[index]), 4),
+                                  position=int(winner[index]))
+
+
 def unless_wrong_at_magnitude_1(check, upstream):
     """large_inputs' order of judgement: check() judges the calls at large magnitude; only when it
     fails does upstream() make the same calls at magnitude ~1 and raise the failure that names a

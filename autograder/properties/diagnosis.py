@@ -51,7 +51,7 @@ VALUE_CODES = {
     "scale": ("wrong_scale", "scale_unmeasurable"),
     "causality": ("future_leak", "past_ignored"),
     "large_inputs": ("masked_weight_not_zero_large", "not_finite", "rows_do_not_sum_to_one", "future_leak_large",
-                     "future_leak_upstream"),
+                     "future_leak_upstream", "large_scores_changed", "large_scores_changed_output"),
     "fused_equivalence": ("fused_mismatch",),
     "batch_independence": ("batch_leak",),
     "eval_deterministic": ("eval_not_deterministic", "eval_depends_on_earlier_calls"),

@@ -101,15 +101,21 @@ def linear_bounded(x, error, params, name):
     return linear(x, params, name), error @ weight.T + _gamma(weight.shape[-1] + 1) * magnitude
 
 
+def scores_bounded(q, eq, k, ek):
+    """The scaled scores q·k/√d, and a bound on a float32 module's error in them given bounds on q and k."""
+    d = q.shape[-1]
+    qa, ka = np.abs(q), np.abs(k)
+    kt = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    return q @ kt(k) / np.sqrt(d), (eq @ kt(ka) + qa @ kt(ek) + _gamma(d + 3) * (qa @ kt(ka))) / np.sqrt(d)
+
+
 def attention_bounded(q, eq, k, ek, v, ev, mask=None):
     """attention() with bounds: (output, weights, output's bound, weights' bound), given bounds on
     q, k and v. Scores are off by at most es; a softmax weight w_ij then by at most
     w_ij·(es_ij + Σ_k w_ik·es_ik) plus its own rounding; masked weights are exactly 0 either way."""
-    d, time = q.shape[-1], k.shape[-2]
+    time = k.shape[-2]
     out, weights = attention(q, k, v, mask)
-    qa, ka = np.abs(q), np.abs(k)
-    kt = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
-    es = (eq @ kt(ka) + qa @ kt(ek) + _gamma(d + 3) * (qa @ kt(ka))) / np.sqrt(d)
+    _, es = scores_bounded(q, eq, k, ek)
     if mask is not None:
         es = np.where(np.broadcast_to(mask, es.shape) == 0, 0.0, es)
     ew = weights * (es + (weights * es).sum(axis=-1, keepdims=True) + _gamma(time + 6))
@@ -147,3 +153,52 @@ def causal_self_attention_bounded(params, heads, x):
                                   split_heads(eqkv[..., i * width:(i + 1) * width], heads)) for i in range(3))
     context, _, econtext, _ = attention_bounded(q, eq, k, ek, v, ev, np.tril(np.ones((time, time))))
     return linear_bounded(merge_heads(context), merge_heads(econtext), params, "proj")
+
+
+# ---- where the softmax is an argmax ------------------------------------------------------------
+# At large magnitudes most rows of scores have one allowed score above all others by far more than
+# any rounding: there every correct module puts all the row's weight on it, however it computes.
+DECIDED_GAP = 40.0  # e^-40: the weight left for the other positions of a decided row
+
+
+def decided(scores, bound, mask=None):
+    """(winner index, decided) per row of `scores` (..., Tq, Tk): the best allowed position, and
+    whether it beats the next one by DECIDED_GAP more than both their rounding bounds."""
+    if mask is not None:
+        scores = np.where(np.broadcast_to(mask, scores.shape) == 0, -np.inf, scores)
+    order = np.argsort(scores, axis=-1)
+    winner = order[..., -1]
+    top = np.take_along_axis(scores, order[..., -1:], -1)[..., 0]
+    top_bound = np.take_along_axis(bound, order[..., -1:], -1)[..., 0]
+    if scores.shape[-1] < 2:
+        return winner, np.ones(winner.shape, bool)
+    second = np.take_along_axis(scores, order[..., -2:-1], -1)[..., 0]
+    second_bound = np.where(np.isfinite(second), np.take_along_axis(bound, order[..., -2:-1], -1)[..., 0], 0.0)
+    with np.errstate(invalid="ignore"):
+        return winner, (top - second) - top_bound - second_bound > DECIDED_GAP
+
+
+def self_attention_scores_bounded(params, x):
+    """SelfAttention's scaled scores (B,T,T) and their float32 bound."""
+    (q, eq), (k, ek) = (linear_bounded(x, np.zeros_like(x), params, n) for n in ("W_Q", "W_K"))
+    return scores_bounded(q, eq, k, ek)
+
+
+def multi_head_scores_bounded(params, heads, query, key):
+    """MultiHeadAttention's scaled scores (B,h,Tq,Tk) and their float32 bound."""
+    (q, eq), (k, ek) = ((split_heads(t, heads), split_heads(e, heads))
+                        for t, e in (linear_bounded(a, np.zeros_like(a), params, n) for a, n in ((query, "W_Q"), (key, "W_K"))))
+    return scores_bounded(q, eq, k, ek)
+
+
+def causal_decided(params, heads, x):
+    """CausalSelfAttention where the softmax is an argmax in every head: (output, its float32 bound,
+    rows (B,T) where every head's row is decided). There a head's context is its winner's value."""
+    width, time = x.shape[-1], x.shape[1]
+    qkv, eqkv = linear_bounded(x, np.zeros_like(x), params, "qkv")
+    (q, eq), (k, ek), (v, ev) = ((split_heads(qkv[..., i * width:(i + 1) * width], heads),
+                                  split_heads(eqkv[..., i * width:(i + 1) * width], heads)) for i in range(3))
+    winner, sure = decided(*scores_bounded(q, eq, k, ek), np.tril(np.ones((time, time))))
+    pick = lambda a: np.take_along_axis(a, winner[..., None], -2)  # noqa: E731  (B,h,T,hs): the winner's row
+    out, bound = linear_bounded(merge_heads(pick(v)), merge_heads(pick(ev)), params, "proj")
+    return out, bound, sure.all(axis=1)

@@ -285,6 +285,21 @@ def test_large_inputs(worker, dims):
                 position=T - 1)  # NaN, as from a row with no allowed position, is not close either
 
     checks.unless_wrong_at_magnitude_1(at_magnitude_1000, already_leaking)
+    # Where in every head one score beats all others by far, the output is proj of the winners'
+    # values: unless the module changed large scores (clamped them, say). Judged where the module
+    # is right at magnitude ~1 (else reference_match's mistake).
+    wanted, bound, sure = reference.causal_decided(module.params, dims["n_head"], x.astype(np.float64))
+    tolerance = checks.reference_tolerance(wanted, bound, magnitude=1e3)
+    with np.errstate(invalid="ignore"):
+        bad = sure[..., None] & ~(np.abs(before - wanted) <= tolerance)
+    if bad.any():
+        small = (x / np.float32(1e3)).astype(np.float32)
+        plain = output(module.run(small), dims)
+        out, error = reference.causal_self_attention_bounded(module.params, dims["n_head"], small.astype(np.float64))
+        if np.all(np.abs(plain - out) <= checks.reference_tolerance(out, error)):
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise PropertyFailure("large_scores_changed_output", index=list(index), got=round(float(before[index]), 4),
+                                  expected=round(float(wanted[index]), 4))
 
 
 @graded(CLS, "fused_equivalence")

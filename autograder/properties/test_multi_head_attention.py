@@ -215,13 +215,25 @@ def test_train_dropout(worker, dims, seed, p):
     dims = {**dims, "B": max(dims["B"], -(-checks.DROPOUT_DRAWS // per_example))}
     module, rng = loaded(worker, dims, dropout=p)
     args = cross_inputs(rng, dims)
-    (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn) = (
+    mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])  # dropout acts under a mask too
+    (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn), (_, masked), (_, masked_trained) = (
         outputs(reply, dims) for reply in module.runs((args, {}), (args, {"seed": seed + 1}),
                                                       (args, {"train": True, "seed": seed}),
-                                                      (args, {"train": True, "seed": seed + 2})))
+                                                      (args, {"train": True, "seed": seed + 2}),
+                                                      (args, {"mask": mask}),
+                                                      (args, {"mask": mask, "train": True, "seed": seed + 3})))
     if np.array_equal(eval_weights, again, equal_nan=True):
         checks.dropout_on_weights(train_weights, eval_weights, p)
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
+        # Judged where the masked eval weights are weights (finite rows summing to one): a mask
+        # read wrongly is masked_zero's mistake.
+        if np.all(np.isfinite(masked)) and np.allclose(masked.sum(axis=-1), 1.0, atol=1e-4):
+            try:
+                checks.dropout_on_weights(masked_trained, masked, p)
+            except PropertyFailure as failure:
+                if failure.code != "dropout_not_applied":
+                    raise
+                raise PropertyFailure("dropout_not_applied_masked", **failure.params) from None
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
@@ -294,8 +306,20 @@ def test_large_inputs(worker, dims):
     args, mask = cross_inputs(rng, dims, scale=1e3), masks(rng, dims)[0]
     calls = [(args, {}), (cross_inputs(rng, dims, scale=1e3), {"mask": mask})]
     small = [(tuple((t / np.float32(1e3)).astype(np.float32) for t in big), options) for big, options in calls]
-    checks.stable_when_large(*(outputs(reply, dims) for reply in module.runs(*calls)), reference.head_mask(mask),
-                             lambda: [outputs(reply, dims) for reply in module.runs(*small)])
+    at_scale_1 = lambda: [outputs(reply, dims) for reply in module.runs(*small)]  # noqa: E731
+    large = [outputs(reply, dims) for reply in module.runs(*calls)]
+    checks.stable_when_large(*large, reference.head_mask(mask), at_scale_1)
+    # Where a score beats all others by far, its weight is 1: unless the module changed the scores.
+    h = dims["h"]
+    winners = [reference.decided(*reference.multi_head_scores_bounded(module.params, h, *(t.astype(np.float64) for t in big[:2])),
+                                 reference.head_mask(options.get("mask"))) for big, options in calls]
+
+    def right_at_scale_1():
+        return all(checks.weights_are_the_reference(got[1], reference.multi_head_attention_bounded(
+            module.params, h, *(t.astype(np.float64) for t in args_1), options.get("mask")))
+            for got, (args_1, options) in zip(at_scale_1(), small))
+
+    checks.winners_kept_when_large([weights for _, weights in large], winners, right_at_scale_1)
 
 
 @graded(CLS, "device")

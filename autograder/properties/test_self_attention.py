@@ -201,8 +201,19 @@ def test_large_inputs(worker, dims):
     x_masked = inputs(rng, dims, scale=1e3)
     calls = [((x,), {}), ((x_masked,), {"mask": mask})]
     small = [((shrunk(big),), options) for (big,), options in calls]
-    checks.stable_when_large(*(outputs(reply, dims) for reply in module.runs(*calls)), mask,
-                             lambda: [outputs(reply, dims) for reply in module.runs(*small)])
+    at_scale_1 = lambda: [outputs(reply, dims) for reply in module.runs(*small)]  # noqa: E731
+    large = [outputs(reply, dims) for reply in module.runs(*calls)]
+    checks.stable_when_large(*large, mask, at_scale_1)
+    # Where a score beats all others by far, its weight is 1: unless the module changed the scores.
+    winners = [reference.decided(*reference.self_attention_scores_bounded(module.params, big.astype(np.float64)),
+                                 options.get("mask")) for (big,), options in calls]
+
+    def right_at_scale_1():
+        return all(checks.weights_are_the_reference(got[1], reference.self_attention_bounded(
+            module.params, shrunk(big).astype(np.float64), options.get("mask")))
+            for got, ((big,), options) in zip(at_scale_1(), calls))
+
+    checks.winners_kept_when_large([weights for _, weights in large], winners, right_at_scale_1)
 
 
 def shrunk(x):
