@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import reference
-from .failures import PropertyFailure, diagnose_again, expect_close, require
+from .failures import PropertyFailure, calling, diagnose_again, expect_close, require
 
 ROW_SUM_ATOL = 1e-5
 
@@ -561,6 +561,8 @@ def inputs_unchanged(reply, names):
     """The call left its inputs as they were sent. names: the worker's keys for them ("0", "1"...
     for positional ones, "mask") -> the names the statement gives them."""
     changed = [names.get(key, key) for key in reply.modified]
+    if changed:
+        calling(reply.call)  # the failure is about this call, whichever reply was read last
     require(not changed, "input_modified", names=changed)
 
 
