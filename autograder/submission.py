@@ -128,11 +128,12 @@ def _choose(names, read):
     """(name, source text) of the file to grade among `names` (a folder's files or a zip's
     members); read(name) gives a file's first bytes.
 
-    The exercise's file (attention.py), the shallowest, when there is one; but when it still raises
-    NotImplementedError beside one notebook that raises none, that notebook: the student who
-    solved the exercise in its notebook and handed in the whole folder, the untouched stub with it,
-    meant the notebook. Without it, the one .py or notebook that defines a graded class (a helper
-    utils.py beside the notebook is not the submission), else the only .py, else the only notebook.
+    The exercise's file (attention.py), the shallowest, when there is one; but when its classes are
+    still the stub's (_unfinished) and exactly one other .py or notebook has them all written, that
+    one: the student who solved the exercise in a notebook and handed in the whole folder, the
+    untouched stub with it, meant the notebook. Without it, the one .py or notebook that defines a
+    graded class (a helper utils.py beside the notebook is not the submission), else the only .py,
+    else the only notebook.
     """
     paths = _visible(names)
     exercise = next((str(p) for p in paths if p.name == EXERCISE.submission), None)
@@ -140,19 +141,52 @@ def _choose(names, read):
         chosen = _defining(names, read) or _pick(names)
         return chosen, _decode(read(chosen), chosen)
     text = _decode(read(exercise), exercise)
-    notebooks = _candidates(names, ".ipynb")
-    if not _UNFINISHED.search(text) or len(notebooks) != 1:
+    if _unfinished(text) is not True:
         return exercise, text
-    try:
-        notebook = _decode(read(notebooks[0]), notebooks[0])
-    except SubmissionUnreadable:
-        return exercise, text
-    return (exercise, text) if _UNFINISHED.search(notebook) else (notebooks[0], notebook)
+    others = [name for name in _candidates(names, ".py") + _candidates(names, ".ipynb") if name != exercise]
+    finished = []
+    for name in others[:MAX_SCANNED]:
+        try:
+            other = _decode(read(name), name)
+        except SubmissionUnreadable:
+            continue
+        if _unfinished(other) is False:
+            finished.append((name, other))
+    return finished[0] if len(finished) == 1 else (exercise, text)
 
 
-_UNFINISHED = re.compile(r"^[^\S\n]+raise[^\S\n]+NotImplementedError\b", re.MULTILINE)  # a stub's method body
+MAX_SCANNED = 8  # other files read in search of the graded classes: at most 8 x 16 MiB
 _DEFINES = re.compile(rb"class\s+(?:%s)\b" % b"|".join(n.encode() for n in EXERCISE.class_names))
-MAX_SCANNED = 8  # candidates read in search of the graded classes: at most 8 x 16 MiB
+
+
+def _unfinished(text):
+    """Whether a module's graded classes are still the stub's: True if one of them is missing, or
+    its last definition has a method whose body is just `raise NotImplementedError` (a docstring,
+    comments or `pass` aside); False if all are written; None if that cannot be told (code that
+    does not parse, or too long to parse here: ast takes up to 1 KiB of memory per byte)."""
+    if len(text) > MAX_NOTEBOOK_CODE:
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    last = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    for name in EXERCISE.class_names:
+        if name not in last:
+            return True
+        for method in last[name].body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_raises_not_implemented(method):
+                return True
+    return False
+
+
+def _only_raises_not_implemented(function):
+    body = [node for node in function.body if not (isinstance(node, ast.Pass) or isinstance(node, ast.Expr)
+                                                  and isinstance(node.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
 
 
 def _defining(names, read):
@@ -514,7 +548,8 @@ def _ipython_lines(lines):
         if lines_read == len(lines):
             return ""
         index, lines_read = lines_read, lines_read + 1
-        if at_start and depth == 0 and _is_ipython(lines[index]):
+        continued = index - 1 in found and lines[index - 1].rstrip().endswith("\\")  # `!pip install a \`
+        if continued or at_start and depth == 0 and _is_ipython(lines[index]):
             found.add(index)
             return "\n"
         return lines[index] + "\n"
@@ -586,12 +621,18 @@ def _as_in_the_kernel(node, data, starts, start, end):
 
 
 def _mutated(node):
-    """The name a statement such as `OPTS.update(...)` changes in place (see _MUTATORS), or None."""
+    """The name a statement such as `OPTS.update(...)` (see _MUTATORS) or `setattr(SelfAttention,
+    "forward", forward)` changes in place, or None."""
     call = node.value if isinstance(node, ast.Expr) else None
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _MUTATORS:
+    if not isinstance(call, ast.Call):
+        return None
+    if isinstance(call.func, ast.Attribute) and call.func.attr in _MUTATORS:
         target = call.func.value
-        return target.id if isinstance(target, ast.Name) else None
-    return None
+    elif isinstance(call.func, ast.Name) and call.func.id == "setattr" and call.args:
+        target = call.args[0]
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _top(module):

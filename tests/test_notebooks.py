@@ -125,6 +125,21 @@ def test_constants_used_by_the_classes_are_kept_transitively_and_in_order():
                              "CausalSelfAttention"]
 
 
+def test_setattr_on_a_kept_class_is_kept():
+    source = kept(
+        "import torch",
+        "class SelfAttention(torch.nn.Module):\n    pass",
+        "def forward(self, x):\n    return x\n\nsetattr(SelfAttention, 'forward', forward)\nprint('ok')",
+    )
+    assert "setattr(SelfAttention, 'forward', forward)" in source and "print" not in source
+
+
+def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
+    source = kept("!pip install torch \\\n    numpy \\\n    einops\nimport torch\nX = 1",
+                  "class SelfAttention(torch.nn.Module):\n    y = X")
+    assert names(source) == ["torch", "X", "SelfAttention"]
+
+
 def test_name_reads_main_as_in_the_kernel():
     """In Jupyter `__name__` is "__main__": classes and constants under `if __name__ == "__main__":`
     exist there, and so they must in the module the worker imports under the exercise's name."""

@@ -187,33 +187,48 @@ def test_unreadable_submission_scores_zero_with_a_spanish_reason(tmp_path, gradi
         assert test["output"] == "No se pudo leer tu entrega: mira el mensaje al principio.", test["output"]
 
 
-STUB_BODY = ("import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    def forward(self, x):\n"
-             "        # TODO\n        raise NotImplementedError\n")
+STUB_BODY = "".join(f"class {name}:\n    def forward(self, x):\n        # TODO\n        raise NotImplementedError\n\n\n"
+                    for name in ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention"))
+SOLVED = "".join(f"class {name}:\n    def forward(self, x):\n        return x\n\n\n"
+                 for name in ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention"))
 
 
-def notebook_of(code):
+def notebook_of(*cells):
     return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-         "source": code.splitlines(keepends=True)}]})
+         "source": code.splitlines(keepends=True)} for code in cells]})
 
 
 @pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
 def test_untouched_stub_beside_a_solved_notebook_yields_to_the_notebook(tmp_path, as_zip):
-    files = {"tarea/attention.py": STUB_BODY, "tarea/attention.ipynb": notebook_of(CODE)}
+    files = {"tarea/attention.py": STUB_BODY, "tarea/attention.ipynb": notebook_of(SOLVED)}
     where = make_zip(tmp_path / "e.zip", files) if as_zip else make_tree(tmp_path / "e", files)
     loaded = submission.load(where)
-    assert loaded.filename == "tarea/attention.ipynb" and "class SelfAttention" in loaded.source
+    assert loaded.filename == "tarea/attention.ipynb" and "return x" in loaded.source
     assert "NotImplementedError" not in loaded.source
 
 
-@pytest.mark.parametrize("files, graded", [
-    ({"attention.py": CODE, "cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),  # the .py is solved
-    ({"attention.py": STUB_BODY, "cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),  # neither is
-    ({"attention.py": STUB_BODY, "a.ipynb": notebook_of(CODE), "b.ipynb": notebook_of(CODE)}, "attention.py"),
-    ({"attention.py": STUB_BODY, "cuaderno.ipynb": "{not json"}, "attention.py"),  # unreadable notebook
+BASE = "class Base:\n    def extra(self):\n        raise NotImplementedError\n\n\n"
+BRANCH = SOLVED.replace("        return x\n", "        if x is None:\n            raise NotImplementedError('no')\n        return x\n")
+
+
+@pytest.mark.parametrize("others, graded", [
+    ({"cuaderno.ipynb": notebook_of(BASE, SOLVED)}, "cuaderno.ipynb"),          # an abstract base of its own
+    ({"cuaderno.ipynb": notebook_of(STUB_BODY, SOLVED)}, "cuaderno.ipynb"),     # the stub pasted, then solved
+    ({"cuaderno.ipynb": notebook_of(BRANCH)}, "cuaderno.ipynb"),                # raises only in a branch
+    ({"cuaderno.ipynb": notebook_of(SOLVED), "clase.ipynb": notebook_of("x = 1\n")}, "cuaderno.ipynb"),
+    ({"mi_solucion.py": SOLVED}, "mi_solucion.py"),
+    ({"cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),               # neither is written
+    ({"a.ipynb": notebook_of(SOLVED), "b.ipynb": notebook_of(SOLVED)}, "attention.py"),  # which one?
+    ({"cuaderno.ipynb": "{not json"}, "attention.py"),                           # unreadable
 ])
-def test_the_exercise_file_is_kept_unless_one_solved_notebook_stands_beside_its_stub(tmp_path, files, graded):
-    assert submission.load(make_tree(tmp_path, files)).filename == graded
+def test_the_stub_yields_to_the_one_other_file_with_every_class_written(tmp_path, others, graded):
+    assert submission.load(make_tree(tmp_path, {"attention.py": STUB_BODY, **others})).filename == graded
+
+
+def test_a_written_exercise_file_is_graded_whatever_stands_beside_it(tmp_path):
+    files = {"attention.py": SOLVED, "cuaderno.ipynb": notebook_of(SOLVED.replace("x\n", "2 * x\n"))}
+    assert submission.load(make_tree(tmp_path, files)).filename == "attention.py"
 
 
 def test_a_py_declaring_its_encoding_is_read_as_python_reads_it(tmp_path):
