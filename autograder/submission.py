@@ -447,9 +447,10 @@ def notebook_source(text, name="notebook.ipynb"):
     """The module made of a notebook's code cells, in their order, keeping what the graded classes need.
 
     - A cell that starts with a cell magic is dropped whole (%%bash, %%html, %%timeit, %%writefile
-      of another file...), except %%capture, %%time and %%prun, whose body the kernel runs as
-      Python, and %%writefile of the exercise's file (attention.py), whose body is the submission itself: their magic
-      line alone is dropped. Markdown and raw cells never count.
+      of a file that is not Python...), except %%capture, %%time and %%prun, whose body the kernel
+      runs as Python, and %%writefile of a .py (attention.py, or a module the notebook then imports
+      from: `from capas import SelfAttention` is dropped, its code being here already): their
+      magic line alone is dropped. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
       then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
@@ -464,7 +465,9 @@ def notebook_source(text, name="notebook.ipynb"):
     line included). A cell that does not parse is returned alone, so that the worker reports its
     syntax error at the student's own line.
     """
-    cells = [_cell_python(source) for source in _code_cells(text, name)]
+    sources = _code_cells(text, name)
+    written = {_written_module(source.lstrip().split("\n", 1)[0]) for source in sources} - {None}
+    cells = [_cell_python(source) for source in sources]
     size = 0
     for code, _ in cells:
         if "\0" in code:  # ast refuses it, as a ValueError or a SyntaxError depending on the Python
@@ -488,7 +491,7 @@ def notebook_source(text, name="notebook.ipynb"):
             return _module([(code, number, 1)])  # the worker reports the syntax error with its line
         except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
-        statements += _statements(tree, code, number)
+        statements += _statements(tree, code, number, written)
         del tree
     try:
         kept = _needed(statements)
@@ -510,8 +513,7 @@ def _cell_python(source):
     if first is not None and lines[first].startswith("%%"):  # IPython: the first line, leading blanks skipped
         words = lines[first][2:].split()
         magic = words[0] if words else ""
-        if not (magic in PYTHON_CELL_MAGICS or magic in WRITEFILE_MAGICS and len(words) > 1
-                and PurePosixPath(words[-1].strip("'\"")).name == EXERCISE.submission):
+        if not (magic in PYTHON_CELL_MAGICS or _written_module(lines[first]) is not None):
             return "", None
         lines[first] = ""
     ipython = _ipython_lines(lines)
@@ -527,6 +529,16 @@ def _cell_python(source):
             blank.append(line)
             with_pass.append(line)
     return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None)
+
+
+def _written_module(magic_line):
+    """The module a `%%writefile name.py` line writes (the exercise's file included), or None: its
+    cell is the code of that module, which the notebook then imports."""
+    words = magic_line.strip()[2:].split()
+    if len(words) < 2 or words[0] not in WRITEFILE_MAGICS:
+        return None
+    path = PurePosixPath(words[-1].strip("'\""))
+    return path.stem if path.suffix == ".py" else None
 
 
 def _is_ipython(line):
@@ -566,14 +578,18 @@ def _ipython_lines(lines):
     return found
 
 
-def _statements(tree, code, cell):
-    """The top-level statements of a parsed cell that could be kept, with their text and names."""
+def _statements(tree, code, cell, written=frozenset()):
+    """The top-level statements of a parsed cell that could be kept, with their text and names.
+    `from m import ...` of a module m the notebook writes with %%writefile is not among them: that
+    cell's code is part of the module already."""
     data = code.encode()  # ast's offsets count UTF-8 bytes; the cell's only line break is "\n"
     starts = [0]
     for line in data.split(b"\n"):
         starts.append(starts[-1] + len(line) + 1)
     found = []
     for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
+            continue
         if isinstance(node, _IMPORTS):
             names = [alias.asname or _top(alias.name) for alias in node.names]
             if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:

@@ -140,6 +140,20 @@ def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
     assert names(source) == ["torch", "X", "SelfAttention"]
 
 
+def test_a_module_written_with_writefile_and_imported_is_the_notebooks_code():
+    """%%writefile capas.py then `from capas import ...`: in Jupyter the classes come from that file;
+    here its cell is part of the module and the import of it is dropped."""
+    source = kept(
+        "%%writefile capas.py\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+        "%%writefile notas.txt\nclass MultiHeadAttention: no es Python",
+        "from capas import SelfAttention\nimport capas",
+    )
+    assert names(source) == ["torch", "SelfAttention"] and "from capas" not in source
+    assert_lines_are_the_students(notebook(
+        "%%writefile capas.py\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+        "from capas import SelfAttention"))
+
+
 def test_name_reads_main_as_in_the_kernel():
     """In Jupyter `__name__` is "__main__": classes and constants under `if __name__ == "__main__":`
     exist there, and so they must in the module the worker imports under the exercise's name."""
@@ -279,15 +293,15 @@ CLASS = "class SelfAttention:\n    pass"
 
 @pytest.mark.parametrize("magic", ["%%bash", "%%sh", "%%script python3", "%%html", "%%javascript", "%%js",
                                    "%%latex", "%%markdown", "%%svg", "%%timeit -n 3", "%%python3",
-                                   "%%writefile utils.py",
-                                   "%%writefile -a notas.txt", "%%file otro.py", "%%!", "%%shell", "%%sql"])
+                                   "%%writefile -a notas.txt", "%%writefile datos.json", "%%!", "%%shell", "%%sql"])
 def test_a_cell_magic_drops_its_whole_cell(magic):
     assert names(kept(f"{magic}\n{CLASS}")) == []
     assert names(kept(f"\n  \n{magic}\n{CLASS}")) == []  # IPython skips blank lines before it
 
 
 @pytest.mark.parametrize("magic", ["%%capture", "%%capture salida --no-stderr", "%%time", "%%prun -s cumulative",
-                                   "%%writefile attention.py", "%%writefile -a 'tarea/attention.py'"])
+                                   "%%writefile attention.py", "%%writefile -a 'tarea/attention.py'",
+                                   "%%writefile utils.py", "%%file otro.py"])
 def test_cell_magics_whose_body_runs_as_python_keep_it(magic):
     source = kept(f"{magic}\n!pip install -q einops\n{CLASS}\nprint('hola')")
     assert names(source) == ["SelfAttention"]

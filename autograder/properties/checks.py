@@ -516,6 +516,9 @@ META_LIMITATIONS = (
     "data-independent implementation does not exist",
     "no fake impl or Meta kernel registered",
     "device type not an accelerator",  # torch.Generator(device=x.device): there is no meta generator
+    # masked_fill(mask, torch.tensor(-inf)): a 0-dim CPU value, which cuda, xpu, mps and hpu accept
+    # (torch._refs.masked_fill); only meta refuses it
+    "Expected `value` to be on same device as `a`",
 )
 
 

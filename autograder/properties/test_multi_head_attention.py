@@ -92,7 +92,7 @@ def test_divisibility_error(worker, heads, per_head, offset):
     try:
         Remote(worker, CLS, d_model=d_model, num_heads=heads).build()
     except SubmissionError as exc:
-        if exc.exc_type in ("AssertionError", "ValueError"):
+        if {"AssertionError", "ValueError"} & set(exc.exc_types):  # a subclass of either is one too
             return
         if not exc.raised:
             raise

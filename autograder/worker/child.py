@@ -103,7 +103,11 @@ def _student_error(exc, path):
     else:
         kind = "exception"
     text = str(exc)[:500]
-    return {"kind": kind, "message": text, "line": line, "type": type(exc).__name__}
+    return {"kind": kind, "message": text, "line": line, "type": type(exc).__name__,
+            "types": [c.__name__ for c in type(exc).__mro__[:MRO_SHOWN]]}  # a ValueError subclass is a ValueError
+
+
+MRO_SHOWN = 8
 
 
 def _raised_by_student(frames, path):

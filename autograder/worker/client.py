@@ -34,6 +34,13 @@ class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 
+def _names(value):
+    """The exception's class names the worker sent (a list of strings), bounded; () for anything else."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(name[:80] for name in value[:8] if isinstance(name, str))  # already clean_tree'd
+
+
 def _label(op, args):
     """How a request is named in failures: the method it calls, or __init__ for a build."""
     return args.get("method") or ("__init__" if op == "build" else op)
@@ -140,6 +147,7 @@ class Worker:
                 kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
                 exc_type=str(error.get("type") or "")[:80] or None,
                 cls=cls, op=label, limit=self.limits.memory_mib if kind == "memory" else None,
+                exc_types=_names(error.get("types")),
             )
         try:
             protocol.check(op, reply.get("ok"))

@@ -43,10 +43,12 @@ class SubmissionError(Exception):
     this answer; None when the worker answered none of them (a class already stopped, say).
     """
 
-    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None):
+    def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None,
+                 exc_types=()):
         super().__init__(f"{kind}: {message}")
         self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
         self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
+        self.exc_types = tuple(exc_types) or ((exc_type,) if exc_type else ())  # the exception's classes, own first
         self.request = None
 
     @property
@@ -57,7 +59,7 @@ class SubmissionError(Exception):
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
         return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
-                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell)
+                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell, exc_types=self.exc_types)
 
     def as_dict(self):
         found = {
