@@ -230,18 +230,18 @@ def weights_are_the_reference(weights, bounded):
 WINNER_SLACK = 1e-3
 
 
-def winners_kept_when_large(weights, winners, right_at_scale_1):
+def winners_kept_when_large(weights, winners, right_below):
     """At magnitude ~1000, on the rows where the reference's softmax is an argmax (`winners`: one
     (winner, decided) pair of reference.decided per call), the weights (one array per call) put
     all but WINNER_SLACK of the row on that position, as any correct module does, whatever its
     order of operations. A module that changes large scores (clamps them, say) spreads it. Judged
-    only when the same calls at magnitude ~1 are right (right_at_scale_1()): a module that
-    computes other scores, reference_match's mistake, picks other winners at any magnitude."""
+    only when the same calls at the magnitudes reference_match compares are right (right_below()):
+    a module that computes other scores, or is already wrong there, is reference_match's mistake."""
     for got_weights, (winner, sure) in zip(weights, winners):
         got = np.take_along_axis(got_weights, winner[..., None], -1)[..., 0]
         bad = sure & ~(got >= 1 - WINNER_SLACK)
         if bad.any():
-            if not right_at_scale_1():
+            if not right_below():
                 return
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             raise PropertyFailure("large_scores_changed", index=list(index), got=round(float(got[index]), 4),

@@ -201,24 +201,29 @@ def test_large_inputs(worker, dims):
     x_masked = inputs(rng, dims, scale=1e3)
     calls = [((x,), {}), ((x_masked,), {"mask": mask})]
     small = [((shrunk(big),), options) for (big,), options in calls]
-    at_scale_1 = lambda: [outputs(reply, dims) for reply in module.runs(*small)]  # noqa: E731
     large = [outputs(reply, dims) for reply in module.runs(*calls)]
-    checks.stable_when_large(*large, mask, at_scale_1)
+    checks.stable_when_large(*large, mask, lambda: [outputs(reply, dims) for reply in module.runs(*small)])
     # Where a score beats all others by far, its weight is 1: unless the module changed the scores.
     winners = [reference.decided(*reference.self_attention_scores_bounded(module.params, big.astype(np.float64)),
                                  options.get("mask")) for (big,), options in calls]
 
-    def right_at_scale_1():
-        return all(checks.weights_are_the_reference(got[1], reference.self_attention_bounded(
-            module.params, shrunk(big).astype(np.float64), options.get("mask")))
-            for got, ((big,), options) in zip(at_scale_1(), calls))
+    def right_below():
+        """The same calls at magnitudes ~1 and ~30 give the reference's weights: a module wrong at
+        30 already (scores clamped to ±50, say) is reference_match's to name."""
+        for factor in (1.0, max(INPUT_SCALES)):
+            scaled = [((shrunk(big, factor),), options) for (big,), options in calls]
+            got = [outputs(reply, dims) for reply in module.runs(*scaled)]
+            if not all(checks.weights_are_the_reference(g[1], reference.self_attention_bounded(
+                    module.params, x_i.astype(np.float64), options.get("mask"))) for g, ((x_i,), options) in zip(got, scaled)):
+                return False
+        return True
 
-    checks.winners_kept_when_large([weights for _, weights in large], winners, right_at_scale_1)
+    checks.winners_kept_when_large([weights for _, weights in large], winners, right_below)
 
 
-def shrunk(x):
-    """An input of large_inputs brought back to magnitude ~1 (float32, as the worker expects)."""
-    return (x / np.float32(1e3)).astype(np.float32)
+def shrunk(x, magnitude=1.0):
+    """An input of large_inputs brought back to magnitude ~1, or `magnitude` (float32, as the worker expects)."""
+    return (x * np.float32(magnitude / 1e3)).astype(np.float32)
 
 
 @graded(CLS, "device")
