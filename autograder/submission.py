@@ -152,7 +152,8 @@ def _choose(names, read):
             continue
         if _unfinished(other) is False:
             finished.append((name, other))
-    return finished[0] if len(finished) == 1 else (exercise, text)
+    # One finished file, or copies of one (a notebook and its "Copia de"): that code.
+    return finished[0] if finished and len({code for _, code in finished}) == 1 else (exercise, text)
 
 
 MAX_SCANNED = 8  # other files read in search of the graded classes: at most 8 x 16 MiB
@@ -170,11 +171,16 @@ def _unfinished(text):
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    last = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    last = {}  # a graded class's last binding: its ClassDef, or None if bound otherwise (an alias, an import)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            last[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.ImportFrom)):
+            last.update((name, None) for name in _bound(node) if name in EXERCISE.class_names)
     for name in EXERCISE.class_names:
         if name not in last:
             return True
-        for method in last[name].body:
+        for method in last[name].body if last[name] is not None else ():
             if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_raises_not_implemented(method):
                 return True
     return False
@@ -197,11 +203,18 @@ def _defining(names, read):
     defining = []
     for name in candidates:
         try:
-            if _DEFINES.search(read(name)):
-                defining.append(name)
+            data = read(name)
+            if _DEFINES.search(data):
+                defining.append((name, data))
         except SubmissionUnreadable:
             continue
-    return defining[0] if len(defining) == 1 else None
+    if len(defining) > 1:  # copies of one file (a notebook and its "Copia de") are one submission
+        try:
+            if len({_decode(data, name) for name, data in defining}) == 1:
+                return defining[0][0]
+        except SubmissionUnreadable:
+            return None
+    return defining[0][0] if len(defining) == 1 else None
 
 
 def _pick(names):

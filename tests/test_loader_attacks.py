@@ -371,16 +371,16 @@ def test_many_kept_statements_take_linear_time(tmp_path):
 
 def test_file_names_that_are_not_text_are_cleaned(tmp_path):
     folder = tmp_path / "entrega"
-    for raw in (b"\xff.py", b"\xfe.py"):
-        write(folder / os.fsdecode(raw), CODE)
+    for number, raw in enumerate((b"\xff.py", b"\xfe.py")):
+        write(folder / os.fsdecode(raw), CODE + f"# version {number}\n")  # two different files
     error = refused(folder)
     assert (error.code, error.params) == ("several_files", {"files": ["\ufffd.py", "\ufffd.py"]})
     (folder / os.fsdecode(b"\xfe.py")).unlink()
-    assert submission.load(folder) == Submission(CODE, "\ufffd.py")
+    assert submission.load(folder) == Submission(CODE + "# version 0\n", "\ufffd.py")
 
 
 def test_zip_names_with_control_characters_are_cleaned(tmp_path):
-    archive = write(tmp_path / "entrega.zip", zip_bytes({"\x1b[2Ja.py": CODE, "b\r.py": CODE, "x" * 60_000 + ".py": CODE}))
+    archive = write(tmp_path / "entrega.zip", zip_bytes({"\x1b[2Ja.py": CODE, "b\r.py": CODE + "# b\n", "x" * 60_000 + ".py": CODE + "# x\n"}))
     error = refused(archive)
     assert error.code == "several_files"
     assert error.params["files"][:2] == ["[2Ja.py", "b\n.py"]

@@ -51,7 +51,7 @@ def test_folder_with_one_other_py_name(tmp_path):
 
 
 def test_folder_with_several_py_is_refused(tmp_path):
-    make_tree(tmp_path, {"parte1.py": CODE, "parte2.py": CODE})
+    make_tree(tmp_path, {"parte1.py": CODE, "parte2.py": CODE + "X = 2\n"})
     assert unreadable_code(tmp_path) == ("several_files", {"files": ["parte1.py", "parte2.py"]})
 
 
@@ -219,7 +219,11 @@ BRANCH = SOLVED.replace("        return x\n", "        if x is None:\n          
     ({"cuaderno.ipynb": notebook_of(SOLVED), "clase.ipynb": notebook_of("x = 1\n")}, "cuaderno.ipynb"),
     ({"mi_solucion.py": SOLVED}, "mi_solucion.py"),
     ({"cuaderno.ipynb": notebook_of(STUB_BODY)}, "attention.py"),               # neither is written
-    ({"a.ipynb": notebook_of(SOLVED), "b.ipynb": notebook_of(SOLVED)}, "attention.py"),  # which one?
+    ({"a.ipynb": notebook_of(SOLVED), "b.ipynb": notebook_of(SOLVED)}, "a.ipynb"),  # copies: the same code
+    ({"a.ipynb": notebook_of(SOLVED), "b.ipynb": notebook_of(SOLVED.replace("return x", "return x + 0", 1))},
+     "attention.py"),  # two different solutions: which one?
+    ({"cuaderno.ipynb": notebook_of("class Mia:\n    pass\n\n\n" + SOLVED.replace("class SelfAttention:", "class Otra:")
+                                    + "SelfAttention = Otra\n")}, "cuaderno.ipynb"),  # a class under another name
     ({"cuaderno.ipynb": "{not json"}, "attention.py"),                           # unreadable
 ])
 def test_the_stub_yields_to_the_one_other_file_with_every_class_written(tmp_path, others, graded):
@@ -263,5 +267,10 @@ def test_without_the_exercise_file_the_one_file_defining_a_graded_class_is_grade
 
 
 def test_two_files_defining_the_classes_are_still_refused_as_ambiguous(tmp_path):
-    make_tree(tmp_path, {"v1.py": CODE, "v2.py": CODE, "notas.ipynb": notebook_of("x = 1\n")})
+    make_tree(tmp_path, {"v1.py": CODE, "v2.py": CODE + "X = 2\n", "notas.ipynb": notebook_of("x = 1\n")})
     assert unreadable_code(tmp_path) == ("several_files", {"files": ["v1.py", "v2.py"]})
+
+
+def test_copies_of_one_notebook_are_one_submission(tmp_path):
+    make_tree(tmp_path, {"Tarea.ipynb": notebook_of(SOLVED), "Copia de Tarea.ipynb": notebook_of(SOLVED)})
+    assert submission.load(tmp_path).filename == "Copia de Tarea.ipynb"
