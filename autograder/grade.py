@@ -45,7 +45,7 @@ class Collected(NamedTuple):
     outcomes: list
     peak_rss_mib: float
     isolation: list  # the layers the worker ran under (sandbox.Sandbox.layers); [] if it never ran
-    graded_file: str | None = None  # which file of a folder or zip was graded
+    graded_file: str | None = None  # which file of a folder or zip was graded, when it held others
 
 
 @dataclass
@@ -100,7 +100,7 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
         return Collected(outcomes, 0.0, [])
-    chosen = loaded.filename if Path(path).is_dir() or Path(path).suffix == ".zip" else None
+    chosen = loaded.filename if loaded.among > 1 else None  # named where another file could have been meant
     uid = worker_uid(slot)
     if uid is not None:
         close_to_workers(private)

@@ -87,6 +87,7 @@ def _shown(value):
 class Submission:
     source: str
     filename: str
+    among: int = 1  # the files of its folder or zip that could have been the student's code
 
     @property
     def line_map(self):
@@ -112,16 +113,17 @@ def _load(path):
     if stat.S_ISLNK(mode):
         raise SubmissionUnreadable("symlink", file=path.name)
     if stat.S_ISDIR(mode):
-        chosen, text = _choose(_walk(path), lambda name: _read(path / name, name))
+        names = _walk(path)
+        chosen, text = _choose(names, lambda name: _read(path / name, name))
     elif not stat.S_ISREG(mode):
         raise SubmissionUnreadable("missing", file=str(path))
     elif path.suffix == ".zip":
-        chosen, text = _zip_member(path)
+        names, (chosen, text) = _zip_member(path)
     elif path.suffix in (".py", ".ipynb"):
-        chosen, text = path.name, _decode(_read(path, path.name), path.name)
+        names, chosen, text = [path.name], path.name, _decode(_read(path, path.name), path.name)
     else:
         raise SubmissionUnreadable("no_python_file", files=[path.name])
-    return Submission(text, clean(chosen))
+    return Submission(text, clean(chosen), len(_candidates(names, ".py") + _candidates(names, ".ipynb")))
 
 
 def _choose(names, read):
@@ -297,7 +299,7 @@ def _limit(name):
 
 
 def _zip_member(path):
-    """(name, source text) of the member of the zip at path that is to be graded."""
+    """(its member names, (name, source text) of the member that is to be graded) of the zip at path."""
     with _open(path, path.name) as handle:
         with _zip_errors():
             count, directory = _zip_directory(handle)
@@ -313,7 +315,7 @@ def _zip_member(path):
                 if stat.S_ISLNK(info.external_attr >> 16):
                     raise SubmissionUnreadable("symlink", file=info.filename)
             members = {info.filename: info for info in infos if not info.is_dir()}
-            return _choose(members, lambda name: _zip_read(archive, members[name]))
+            return list(members), _choose(members, lambda name: _zip_read(archive, members[name]))
 
 
 @contextlib.contextmanager

@@ -123,12 +123,15 @@ class _NoWorker:
         pass
 
 
-@pytest.mark.parametrize("where, named", [("folder", "attention.py"), ("file", None)])
-def test_collect_outcomes_names_the_chosen_file_only_for_a_folder_or_zip(tmp_path, monkeypatch, where, named):
+@pytest.mark.parametrize("where, named", [("folder of two", "attention.py"), ("folder of one", None), ("file", None)])
+def test_collect_outcomes_names_the_chosen_file_where_another_could_have_been_meant(tmp_path, monkeypatch, where,
+                                                                                   named):
     from autograder import suite_runner
     (tmp_path / "attention.py").write_text("x = 1\n", encoding="utf-8")
+    if where == "folder of two":
+        (tmp_path / "borrador.py").write_text("y = 2\n", encoding="utf-8")
     monkeypatch.setattr(suite_runner, "run_properties", lambda worker, config: [])
-    path = tmp_path if where == "folder" else tmp_path / "attention.py"
+    path = tmp_path / "attention.py" if where == "file" else tmp_path
     assert grade.collect_outcomes(path, CONFIG["es"], worker_class=_NoWorker).graded_file == named
 
 
