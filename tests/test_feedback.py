@@ -97,9 +97,9 @@ def test_nothing_at_the_top_when_no_group_of_tests_failed_together(tmp_path, mon
 
 @pytest.mark.parametrize("language, line", [
     ("es", "Archivo calificado: tarea/attention.ipynb (el único de tu entrega que se revisa; "
-           "si no es el que querías, entrega solo ese)."),
+           "si no es el que querías, entrega solo el que quieres que se corrija)."),
     ("en", "File graded: tarea/attention.ipynb (the only one of your submission that is checked; "
-           "if it is not the one you meant, submit only that one)."),
+           "if it is not the one you meant, submit only the one you want graded)."),
 ])
 def test_the_file_graded_from_a_folder_or_zip_is_named_first(tmp_path, monkeypatch, language, line):
     passed = [Outcome(p.cls, p.name, "passed") for p in CONFIG["es"].properties]
