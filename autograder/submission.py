@@ -140,7 +140,10 @@ def _choose(names, read):
     paths = _visible(names)
     exercise = next((str(p) for p in paths if p.name == EXERCISE.submission), None)
     if exercise is None:
-        chosen = _defining(names, read) or _pick(names)
+        defining = _defining(names, read)
+        if defining is not None:
+            return defining
+        chosen = _pick(names)
         return chosen, _decode(read(chosen), chosen)
     text = _decode(read(exercise), exercise)
     if _unfinished(text) is not True:
@@ -198,7 +201,8 @@ def _only_raises_not_implemented(function):
 
 
 def _defining(names, read):
-    """The only .py or notebook among a few whose text defines a graded class, or None."""
+    """(name, source text) of the only .py or notebook among a few that defines a graded class (or of
+    the first of copies of one), or None."""
     candidates = _candidates(names, ".py") + _candidates(names, ".ipynb")
     if not 1 < len(candidates) <= MAX_SCANNED:
         return None
@@ -210,13 +214,14 @@ def _defining(names, read):
                 defining.append((name, data))
         except SubmissionUnreadable:
             continue
-    if len(defining) > 1:  # copies of one file (a notebook and its "Copia de") are one submission
-        try:
-            if len({_decode(data, name) for name, data in defining}) == 1:
-                return defining[0][0]
-        except SubmissionUnreadable:
-            return None
-    return defining[0][0] if len(defining) == 1 else None
+    if len(defining) == 1:
+        return defining[0][0], _decode(defining[0][1], defining[0][0])
+    try:
+        texts = [_decode(data, name) for name, data in defining]
+    except SubmissionUnreadable:
+        return None
+    # Copies of one file (a notebook and its "Copia de"): one submission.
+    return (defining[0][0], texts[0]) if texts and len(set(texts)) == 1 else None
 
 
 def _pick(names):
@@ -481,7 +486,7 @@ def notebook_source(text, name="notebook.ipynb"):
     syntax error at the student's own line.
     """
     sources = _code_cells(text, name)
-    written = {_written_module(source.lstrip().split("\n", 1)[0]) for source in sources} - {None}
+    written = {_written_module(_cell_magic(source.splitlines())[1]) for source in sources} - {None}
     cells = [_cell_python(source) for source in sources]
     size = 0
     for code, _ in cells:
@@ -524,11 +529,10 @@ def _cell_python(source):
     if not _MAYBE_IPYTHON.search(source):
         return source, None
     lines = source.split("\n")
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is not None and lines[first].startswith("%%"):  # IPython: the first line, leading blanks skipped
-        words = lines[first][2:].split()
-        magic = words[0] if words else ""
-        if not (magic in PYTHON_CELL_MAGICS or _written_module(lines[first]) is not None):
+    first, magic = _cell_magic(lines)
+    if magic is not None:
+        words = magic[2:].split()
+        if not (words and words[0] in PYTHON_CELL_MAGICS or _written_module(magic) is not None):
             return "", None
         lines[first] = ""
     ipython = _ipython_lines(lines)
@@ -546,10 +550,19 @@ def _cell_python(source):
     return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None)
 
 
+def _cell_magic(lines):
+    """(index, line) of a cell's magic line (`%%...`: IPython reads the first line, leading blank
+    lines skipped), or (None, None)."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    return (first, lines[first]) if first is not None and lines[first].startswith("%%") else (None, None)
+
+
 def _written_module(magic_line):
     """The module a `%%writefile name.py` line writes (the exercise's file included), or None: its
     cell is the code of that module, which the notebook then imports."""
-    words = magic_line.strip()[2:].split()
+    if magic_line is None:
+        return None
+    words = magic_line[2:].split()
     if len(words) < 2 or words[0] not in WRITEFILE_MAGICS:
         return None
     path = PurePosixPath(words[-1].strip("'\""))

@@ -220,11 +220,7 @@ def stable_when_large(plain, masked, mask, at_scale_1):
 def weights_are_the_reference(weights, bounded):
     """Whether weights a module returned are the reference's (bounded: what reference.*_bounded
     returns, weights second and their bound fourth), up to float32 rounding; never fails."""
-    expected, bound = bounded[1], bounded[3]
-    if not (isinstance(weights, np.ndarray) and weights.shape == expected.shape):
-        return False
-    with np.errstate(invalid="ignore"):
-        return bool(np.all(np.abs(weights - expected) <= reference_tolerance(expected, bound)))
+    return _within_reference(weights, bounded[1], bounded[3])
 
 
 WINNER_SLACK = 1e-3
@@ -319,6 +315,9 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+MIN_FIRST_TOKEN_DRAWS = 64
+
+
 def first_token_dropout_rate(choices, heads, p):
     """The first token's attention weights that causal_dropout's choices say were dropped (a 0 bit
     of a row's choice, one bit per head) must be about a fraction p of those seen (rows that
@@ -332,9 +331,6 @@ def first_token_dropout_rate(choices, heads, p):
         return
     kept = int(sum(int(c).bit_count() for c in seen))
     dropout_rate(total - kept, total, p, "first_token_weights")
-
-
-MIN_FIRST_TOKEN_DRAWS = 64
 
 
 def train_output_leaks(before, after, again):
@@ -792,9 +788,12 @@ def agrees_with_reference(reply, index, expected, bound):
     tolerance), without failing: a property that judges something downstream of the forward pass
     (where gradients flow) judges it only on a forward pass that is right, so that one mistake of
     the forward pass does not cost this property as well."""
-    if index >= len(reply.outputs):
-        return False
-    actual = reply.outputs[index]
+    return index < len(reply.outputs) and _within_reference(reply.outputs[index], expected, bound)
+
+
+def _within_reference(actual, expected, bound):
+    """Whether `actual` is a float array of the reference's shape within reference_match's tolerance."""
     if not (isinstance(actual, np.ndarray) and actual.shape == expected.shape and actual.dtype.kind == "f"):
         return False
-    return bool(np.all(np.abs(actual.astype(np.float64) - expected) <= reference_tolerance(expected, bound)))
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.abs(actual.astype(np.float64) - expected) <= reference_tolerance(expected, bound)))
