@@ -24,6 +24,14 @@ def clean(text):
     return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
+def json_needs_cleaning(raw):
+    """Whether JSON text (bytes) can decode to a string that clean() would change. A string in
+    JSON holds a control character or a surrogate only through an escape (a backslash) or bytes
+    outside printable ASCII, so text with neither decodes to clean strings: clean_tree can be
+    skipped, as it is for almost every reply of the worker."""
+    return b"\\" in raw or not raw.isascii() or b"\x7f" in raw
+
+
 def clean_tree(value):
     """clean() applied to every string (keys included) of a JSON-like value."""
     if isinstance(value, str):

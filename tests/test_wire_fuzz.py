@@ -182,3 +182,25 @@ def test_a_long_shape_is_refused_before_its_product_is_taken(monkeypatch):
     data, header_len = body({"body": 0, "arrays": [["float32", [2] * 200_000]]})
     with pytest.raises(wire.WireError):
         wire.decode(data, header_len)
+
+
+JSON_TEXT = st.text(st.characters(codec=None, categories=None), max_size=8)  # surrogates and controls included
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | JSON_TEXT,
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_TEXT, inner, max_size=3),
+                           max_leaves=10)
+
+
+@FUZZ
+@given(value=JSON_VALUES, ascii_only=st.booleans())
+def test_clean_tree_is_skipped_only_where_it_would_change_nothing(value, ascii_only):
+    """The client skips clean_tree for replies whose header json_needs_cleaning clears: for
+    those, every decoded string must already be clean."""
+    from autograder.text import clean_tree, json_needs_cleaning
+
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    try:
+        decoded = json.loads(raw)
+    except ValueError:  # bytes with surrogates are no UTF-8: the wire refuses them before this
+        return
+    if not json_needs_cleaning(raw):
+        assert clean_tree(decoded) == decoded

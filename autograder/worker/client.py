@@ -20,7 +20,7 @@ import time
 from ..errors import MachineError
 from . import protocol, wire
 from ..submission import cell_lines
-from ..text import clean_tree
+from ..text import clean_tree, json_needs_cleaning
 from .budgets import Budgets
 from .capture import OutputCapture
 from .sandbox import Sandbox, UidUnavailable, harden_grader
@@ -354,7 +354,8 @@ class Worker:
         reply = wire.decode(body, header_len)
         if not isinstance(reply, dict):
             raise wire.WireError("reply is not a mapping")
-        return clean_tree(reply)  # the worker's strings (messages, names) become valid text here
+        # the worker's strings (messages, names) become valid text here
+        return clean_tree(reply) if json_needs_cleaning(body[:header_len]) else reply
 
     def _outputs(self):
         return [self.output_fd] if self.output_open else []
