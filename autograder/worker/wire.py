@@ -23,17 +23,6 @@ class WireError(Exception):
     """A frame that does not follow the protocol (truncated, oversized or malformed)."""
 
 
-def _flatten(value, arrays):
-    if isinstance(value, np.ndarray):
-        arrays.append(np.asarray(value, order="C"))  # ascontiguousarray would turn 0-d into 1-d
-        return {"$array": len(arrays) - 1}
-    if isinstance(value, dict):
-        return {str(k): _flatten(v, arrays) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_flatten(v, arrays) for v in value]
-    return value
-
-
 def _restore(value, arrays):
     if isinstance(value, dict):
         if set(value) == {"$array"}:
@@ -48,18 +37,28 @@ def _restore(value, arrays):
 
 
 def encode(message):
-    """Serialize a message of JSON values and numpy arrays into one frame."""
-    arrays = []
-    body = _flatten(message, arrays)
+    """Serialize a message of JSON values and numpy arrays into one frame. json's C encoder walks
+    the message and hands each array to _Arrays, which sets it aside and puts a reference in its place."""
+    arrays = _Arrays()
+    body = json.dumps(message, default=arrays.reference, allow_nan=True)
     specs = []
     for array in arrays:
         name = DTYPE_NAMES.get(array.dtype)
         if name is None:
             raise WireError(f"dtype {array.dtype.name} cannot cross the wire")
         specs.append([name, list(array.shape)])
-    header = json.dumps({"body": body, "arrays": specs}, allow_nan=True).encode()
+    header = f'{{"body": {body}, "arrays": {json.dumps(specs)}}}'.encode()
     payload = b"".join(a.tobytes() for a in arrays)
     return _PREFIX.pack(len(header) + len(payload), len(header)) + header + payload
+
+
+class _Arrays(list):
+    def reference(self, value):
+        """json's `default`: an array becomes {"$array": its index}; anything else is no JSON."""
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        self.append(np.asarray(value, order="C"))  # ascontiguousarray would turn 0-d into 1-d
+        return {"$array": len(self) - 1}
 
 
 def frame_length(prefix):
