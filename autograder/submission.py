@@ -569,7 +569,9 @@ def _written_module(magic_line):
     return path.stem if path.suffix == ".py" else None
 
 
-def _is_ipython(line):
+def is_ipython_line(line):
+    """Whether a line reads as IPython rather than Python where a statement begins (!cmd, %magic,
+    x = !cmd, obj?)."""
     return line.lstrip().startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line)
 
 
@@ -589,7 +591,7 @@ def _ipython_lines(lines):
             return ""
         index, lines_read = lines_read, lines_read + 1
         continued = index - 1 in found and lines[index - 1].rstrip().endswith("\\")  # `!pip install a \`
-        if continued or at_start and depth == 0 and _is_ipython(lines[index]):
+        if continued or at_start and depth == 0 and is_ipython_line(lines[index]):
             found.add(index)
             return "\n"
         return lines[index] + "\n"
@@ -602,7 +604,7 @@ def _ipython_lines(lines):
                 depth = max(depth - 1, 0)
             at_start = token.type in (tokenize.NEWLINE, tokenize.NL)
     except (tokenize.TokenError, SyntaxError):
-        found.update(i for i in range(lines_read, len(lines)) if _is_ipython(lines[i]))
+        found.update(i for i in range(lines_read, len(lines)) if is_ipython_line(lines[i]))
     return found
 
 

@@ -59,6 +59,7 @@ WHOLE_FILE = {
     "empty": "submission.missing_class",
     "misnamed_classes": "submission.missing_class",
     "syntax_error": "submission.syntax_error",
+    "colab_export": "submission.syntax_error_ipython",
     "missing_module": "submission.import_error",
     "sys_exit_at_import": "submission.import_error",
     "exit_at_import": "submission.import_crash",
@@ -298,6 +299,8 @@ MESSAGES = [
     ("missing_module", "SelfAttention",
      "Importar tu archivo falló en la línea {line} (ModuleNotFoundError): No module named 'numpyy'"),
     ("syntax_error", "CausalSelfAttention", "Tu archivo tiene un error de sintaxis en la línea {line}:"),
+    ("colab_export", "MultiHeadAttention",
+     "La línea {line} de tu archivo es una orden de Jupyter o Colab, no Python: «!pip install torch». En un archivo .py bórrala"),
     ("sleep_at_import", "SelfAttention", "Importar tu archivo no terminó en {import_s} s"),
     ("exit_at_import", "SelfAttention", "El proceso terminó abruptamente al importar tu archivo (exit code 0)"),
     ("sys_exit_at_import", "SelfAttention", "Importar tu archivo falló en la línea {line} (SystemExit)"),
@@ -309,7 +312,7 @@ MESSAGES = [
     ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió algo que no es un torch.Tensor común"),
     ("surrogate_message", "SelfAttention", "Importar tu archivo falló en la línea {line} (RuntimeError): boom \ufffd \ufffd fin"),
 ]
-LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "sys_exit_at_import": "sys.exit(0)",
+LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "colab_export": "!pip install torch", "sys_exit_at_import": "sys.exit(0)",
               "csa_sys_exit_in_forward": "sys.exit(3)", "surrogate_message": 'fin")'}
 
 
@@ -471,7 +474,7 @@ def test_uid_leases_are_exclusive_until_released():
 def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.submission_errors import KINDS
 
-    assert len(KINDS) == 21
+    assert len(KINDS) == 22
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)

@@ -19,7 +19,7 @@ class Kind(NamedTuple):
 
 # Every kind of SubmissionError, each with its message `submission.<kind>` in the feedback catalogs.
 KINDS = {
-    "syntax_error": Kind(), "import_error": Kind(),
+    "syntax_error": Kind(), "syntax_error_ipython": Kind(), "import_error": Kind(),
     "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
     "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
     "contract": Kind(reported=True, input_dependent=True),
