@@ -228,3 +228,28 @@ def test_a_scan_for_one_uid_finds_its_processes_and_skips_other_users(dumpable):
         for sleeper in sleepers:
             sleeper.kill()
             sleeper.wait()
+
+
+@pytest.mark.skipif("namespaces" not in MODES, reason="the PID namespace's stand-in exists only with namespaces")
+def test_a_worker_killed_from_outside_is_reported_as_killed(monkeypatch):
+    """The stand-in outside the PID namespace exits as its worker did. SIGKILL takes no handler:
+    resetting one raised, and the stand-in exited 255, so a killed worker read as 'exit code 255'."""
+    import signal
+
+    from autograder import config as grading_config
+    from autograder.worker.client import Worker
+    from autograder.worker.submission_errors import SubmissionHalted
+
+    monkeypatch.setenv("AUTOGRADER_NAMESPACES", "auto")
+    worker = Worker((ROOT / "solutions" / "attention.py").read_text(encoding="utf-8"),
+                    grading_config.load().limits, uid=BASE_UID + 600)
+    try:
+        worker.start()
+        worker.call("SelfAttention", "probe")
+        for process in uid_processes(worker.sandbox.uid, worker.sandbox.uid):
+            os.kill(process.pid, signal.SIGKILL)
+        assert worker.proc.wait(timeout=10) == -signal.SIGKILL
+        with pytest.raises(SubmissionHalted, match="crash: SIGKILL"):
+            worker.call("SelfAttention", "probe")
+    finally:
+        worker.stop()

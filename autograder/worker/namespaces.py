@@ -65,7 +65,8 @@ def _become_pid_one():
     os.closerange(0, os.sysconf("SC_OPEN_MAX"))
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:  # it takes no handler (signal.signal would raise, and the
+            signal.signal(-code, signal.SIG_DFL)  # stand-in exit 255, hiding the kill)
         os.kill(os.getpid(), -code)
     os._exit(code & 0xFF)
 
