@@ -254,8 +254,10 @@ CATALOG = (
           {"dropout_in_eval": True}, kind="dropout", probe={"train": False, "p": 0.5},
           seen_in="buggy/mha_dropout_in_eval"),
     entry("mha_no_dropout", MHA,
-          "Creas self.dropout pero nunca lo aplicas: en train() los pesos no pierden nada.",
-          "You create self.dropout but never apply it: in train() no weight is dropped.",
+          "En train() el dropout no descarta ningún peso: o no aplicas self.dropout a los pesos, o lo creas "
+          "con probabilidad 0 en vez de la `dropout` que recibe el constructor.",
+          "In train() dropout drops no weight: either you do not apply self.dropout to the weights, or you "
+          "create it with probability 0 instead of the `dropout` rate the constructor receives.",
           ("train_dropout",), [R(MHA, "forward", "self.dropout(torch.softmax(scores, dim=-1))", "torch.softmax(scores, dim=-1)")],
           {"dropout_at": "none"}, kind="dropout", probe={"train": True, "p": 0.5}, seen_in="buggy/mha_no_dropout"),
     entry("mha_dropout_ignores_p", MHA,
