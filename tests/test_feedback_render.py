@@ -98,6 +98,19 @@ def test_an_error_where_the_usual_hint_would_mislead_gets_the_generic_hint_for_e
                     "de esas formas (torch.randn) y lee el mensaje, que suele nombrar las dimensiones que no encajan.")
 
 
+@pytest.mark.parametrize("prop", ["rows_sum_to_one", "scale", "gradients", "parameter_count"])
+def test_an_error_in_the_constructor_gets_the_constructors_hint_not_the_propertys(prop):
+    """The module was never built: what the property checks of forward was not reached."""
+    raised = Outcome("MultiHeadAttention", prop, "error", "submission.exception",
+                     {**EXCEPTION, "cls": "MultiHeadAttention", "op": "__init__"}, {"call": {"method": "__init__", "d_model": 6, "num_heads": 4}})
+    for language in ("es", "en"):
+        hint = feedback.message(raised, language).splitlines()[-1]
+        assert hint.endswith(feedback.catalog(language)["hints"]["constructor.error"]), (language, hint)
+        assert hint.startswith(("Pista: ", "Hint: "))
+    in_forward = Outcome("MultiHeadAttention", prop, "error", "submission.exception", dict(EXCEPTION), {"B": 1})
+    assert feedback.catalog("es")["hints"]["constructor.error"] not in feedback.message(in_forward, "es")
+
+
 def test_a_timeout_gets_no_hint_about_the_property():
     outcome = Outcome("SelfAttention", "scale", "timeout", "submission.timeout",
                       {"cls": "SelfAttention", "op": "forward", "limit": 10}, {"B": 1, "T": 2})
