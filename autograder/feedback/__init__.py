@@ -276,7 +276,7 @@ def _call(call, cls, labels):
 def _whole_submission(code):
     """Whether a code is a failure of the whole file, before any class ran: it could not be read
     (load.*) or imported (its syntax, an import, a limit passed while importing)."""
-    return (code or "").startswith(("load.", "submission.import_")) or code in ("submission.syntax_error", "submission.syntax_error_ipython")
+    return (code or "").startswith(("load.", "submission.import_", "submission.syntax_error"))
 
 
 # Codes that, in every test of a class, mean the class is not written yet (the handout's stub).

@@ -65,8 +65,8 @@ def _become_pid_one():
     os.closerange(0, os.sysconf("SC_OPEN_MAX"))
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if code < 0:
-        if -code != signal.SIGKILL:  # it takes no handler (signal.signal would raise, and the
-            signal.signal(-code, signal.SIG_DFL)  # stand-in exit 255, hiding the kill)
+        if -code != signal.SIGKILL:  # it takes no handler: signal.signal would raise (exit 255)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code & 0xFF)
 
