@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from . import yaml_reader
 from .errors import UsageError
 from .exercise import EXERCISE
 
@@ -123,8 +122,8 @@ def load(path=DEFAULT_PATH, language=None):
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml_reader.safe_load(text) or {}
+    except (OSError, yaml_reader.Error) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from . import yaml_reader
 from .errors import UsageError
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -56,8 +55,8 @@ class Exercise:
 
 def load(path=DESCRIPTOR):
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = yaml_reader.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml_reader.Error) as exc:
         raise ExerciseError(f"cannot read {path}: {exc}") from None
     if not isinstance(raw, dict) or set(raw) - KEYS or not {"name", "submission", "classes"} <= set(raw):
         raise ExerciseError(f"{path}: expected the keys {sorted(KEYS)} (name, submission and classes required)")

@@ -234,3 +234,19 @@ def test_prerequisite_cycle_is_refused(write_config):
 def test_unknown_property_key_is_refused(write_config):
     with pytest.raises(ConfigError, match="unknown key.*pionts"):
         write_config(lambda d: d["classes"]["SelfAttention"]["scale"].update(pionts=3))
+
+
+@pytest.mark.unit
+def test_the_projects_yaml_reads_the_same_through_libyaml():
+    """yaml_reader uses libyaml's parser for speed: every YAML file the grader reads must give
+    the same data as PyYAML's own SafeLoader (and the parser must be libyaml's, or the speed-up
+    is gone without a sign)."""
+    from autograder import yaml_reader
+
+    root = grading_config.DEFAULT_PATH.parent
+    files = [grading_config.DEFAULT_PATH, *sorted((root / "autograder").rglob("*.yml"))]
+    assert len(files) >= 5
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert yaml_reader.safe_load(text) == yaml.load(text, Loader=yaml.SafeLoader), path
+    assert yaml.__with_libyaml__ and yaml_reader._LOADER is yaml.CSafeLoader

@@ -20,8 +20,7 @@ import string
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from .. import yaml_reader
 from ..errors import UsageError
 from ..exercise import EXERCISE
 
@@ -102,8 +101,8 @@ class CatalogError(UsageError):
 def _read(path):
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as exc:
+            data = yaml_reader.safe_load(handle)
+    except (OSError, yaml_reader.Error) as exc:
         raise CatalogError(f"cannot read the feedback catalog {path}: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise CatalogError(f"{path}: expected sections (labels, failures, ...) that map keys to texts")
