@@ -6,6 +6,7 @@ plugin; pytest's own reporting is switched off.
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 import zlib
@@ -130,6 +131,11 @@ def run_properties(worker, config):
     """Run every graded property against the worker; return outcomes in grading.yml's order."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     hypothesis_profile(config)
+    if not gc.get_freeze_count():
+        # What the grader has imported (~60k long-lived objects) out of the cyclic collector's
+        # reach, once per process: every full collection walked them all, and hypothesis makes
+        # one (gc.collect) at its first example. Collections during a grading: 0.12 -> 0.06 CPU-s.
+        gc.freeze()
     collector = Collector(worker, config)
     # Only what the suite needs: no terminal, cache, captures, logging or assertion rewriting
     # (the checks raise their own failures), and no plugins from the environment.
