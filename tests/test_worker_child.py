@@ -1,6 +1,7 @@
 """The worker's own start-up: what it defers must change no answer, only what it costs."""
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 CHILD_DIR = Path(__file__).resolve().parent.parent / "autograder" / "worker"
@@ -19,18 +20,84 @@ try:  # a mask left on the CPU: the mistake the device check exists to catch
     x.masked_fill(torch.ones(3, 3, dtype=torch.bool).tril() == 0, float("-inf"))
 except RuntimeError as exc:
     print("refused", "device" in str(exc))
-print("deferred", "torch._dynamo" in sys.modules and type(sys.modules["torch._dynamo"]).__name__)
+for name in ("torch._dynamo", "sympy", "torch.fx.experimental.symbolic_shapes"):
+    print("deferred", name, type(sys.modules[name]).__name__)
 print("real", callable(torch._dynamo.is_compiling), type(sys.modules["torch._dynamo"]).__name__)
+import sympy  # a stand-in gives every module back: the next import of each is the real one
+print("real sympy", type(sys.modules["sympy"]).__name__, sympy.Symbol("x").is_Symbol)
 """
 
 
-def test_meta_kernels_run_without_dynamo_and_the_real_one_loads_on_demand(tmp_path):
+def test_meta_kernels_run_on_stand_ins_and_the_real_modules_load_on_demand(tmp_path):
     """The meta device's reference kernels give their shapes, and refuse a tensor left on the CPU,
-    with torch._dynamo only stood in for; anything else asked of torch._dynamo (torch.compile,
-    say) gets the real module."""
+    with torch._dynamo, sympy and symbolic_shapes only stood in for; anything else asked of them
+    (torch.compile, say) gets the real modules."""
     script = tmp_path / "probe.py"
     script.write_text(PROBE.format(child_dir=str(CHILD_DIR)))
     found = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stderr[-2000:]
     lines = found.stdout.splitlines()
-    assert lines == ["meta (2, 3, 3) meta", "refused True", "deferred _DeferredDynamo", "real True module"]
+    assert lines == ["meta (2, 3, 3) meta", "refused True",
+                     "deferred torch._dynamo _StandIn", "deferred sympy _StandIn",
+                     "deferred torch.fx.experimental.symbolic_shapes _StandIn",
+                     "real True module", "real sympy module True"]
+
+
+def _outcome(function, args):
+    try:
+        value = function(*args)
+    except Exception as exc:
+        return "raises", type(exc)
+    return "returns", type(value), value
+
+
+def test_the_stand_in_guards_answer_plain_values_as_torch_does():
+    """deferred.py answers symbolic_shapes' guards itself for plain Python values: for each, over
+    bools, ints, floats, None, lists, tuples and torch.Size (alone and in pairs, as those guards
+    take them), the same value of the same type, or the same exception type, as torch's own."""
+    import torch
+    import torch.fx.experimental.symbolic_shapes as real
+
+    sys.path.insert(0, str(CHILD_DIR))
+    try:
+        import deferred
+    finally:
+        sys.path.remove(str(CHILD_DIR))
+    values = [True, False, 0, 1, 7, -3, 2.5, None, (), [], (1, 2), [1, 2], (1, 3), (1, 2, 3),
+              torch.Size([2, 3]), [True, 1], [(1, 2), (1, 2)], [(1, 2), 2.0]]
+    stand_ins = deferred._ANSWERS[deferred.SYMBOLIC_SHAPES]
+    assert set(stand_ins) == set(deferred._GUARDS)
+    compared = 0
+    for name, stand_in in stand_ins.items():
+        arities = {"sym_eq": [2], "sym_and": [1, 2, 3], "sym_or": [1, 2, 3]}.get(name, [1])
+        for arity in arities:
+            for args in ([(v,) for v in values] if arity == 1 else
+                         [(a, b) for a in values for b in values] if arity == 2 else
+                         [(a, b, c) for a in (True, False, 1) for b in (True, False, 0) for c in (True, 3)]):
+                assert _outcome(stand_in, args) == _outcome(getattr(real, name), args), (name, args)
+                compared += 1
+    assert compared > 700
+
+
+def test_the_stand_ins_hand_symbolic_values_to_torch():
+    """A symbolic value is never answered by a stand-in: the real guard gets it."""
+    sys.path.insert(0, str(CHILD_DIR))
+    try:
+        import deferred
+    finally:
+        sys.path.remove(str(CHILD_DIR))
+    asked = []
+
+    class Symbolic:  # what a SymBool is to the stand-in: not a plain value
+        pass
+
+    real = types.SimpleNamespace(expect_true=lambda a, skip=0: asked.append(a) or "real answer")
+    original = deferred._real
+    deferred._real = lambda name: real
+    try:
+        stand_in = deferred._ANSWERS[deferred.SYMBOLIC_SHAPES]["expect_true"]
+        value = Symbolic()
+        assert stand_in(value) == "real answer" and asked == [value]
+        assert stand_in(True) is True and asked == [value]
+    finally:
+        deferred._real = original

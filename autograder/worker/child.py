@@ -1,7 +1,7 @@
 """The worker: the only process that imports and runs the student's code.
 
 It is started by autograder.worker.client inside a sandbox, with the submission copied alone into
-its working directory and this file, wire.py and parameters.py copied beside it. It answers
+its working directory and this file, deferred.py, wire.py and parameters.py copied beside it. It answers
 requests one after another, in the order sent (build a class with the parameters the grader
 chose, run a method, report buffers and gradients), and sends back plain values. It never
 judges anything: a submission that rewrites this process can only make its own answers wrong,
@@ -15,11 +15,10 @@ import gc
 import importlib.util
 import os
 import sys
-import threading
-import types
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deferred  # noqa: E402
 import numpy as np  # noqa: E402
 import parameters  # noqa: E402
 import wire  # noqa: E402
@@ -47,36 +46,6 @@ def config_object(config, kwargs, module):
 
 
 _config_classes = {}
-
-
-class _DeferredDynamo(types.ModuleType):
-    """Stands in for torch._dynamo until something needs more of it than `disable`."""
-
-    @staticmethod
-    def disable(fn=None, recursive=True, wrapping=True, **options):
-        return fn if fn is not None else (lambda function: function)
-
-    def __getattr__(self, name):
-        sys.modules.pop("torch._dynamo", None)
-        torch = sys.modules["torch"]
-        if torch.__dict__.get("_dynamo") is self:
-            del torch._dynamo
-        return getattr(importlib.import_module("torch._dynamo"), name)
-
-
-def _defer_dynamo(torch):
-    """Let the meta device's Python kernels run without importing torch._dynamo.
-
-    torch wraps its reference kernels (the meta device's masked_fill, where, ...) in
-    torch._disable_dynamo, whose first call imports torch._dynamo (~1.7 CPU-s measured here, more
-    than half of what a cold grade's device check cost), only to keep torch.compile from tracing into
-    them. No grading request compiles, so until then torch._dynamo is a stand-in whose `disable`
-    returns the function as it is; anything else asked of it (a submission calling torch.compile)
-    imports the real one first. The kernels compute the same either way."""
-    if "torch._dynamo" not in sys.modules:
-        stand_in = _DeferredDynamo("torch._dynamo")
-        sys.modules["torch._dynamo"] = stand_in
-        torch._dynamo = stand_in
 
 
 class StudentError(Exception):
@@ -131,20 +100,7 @@ class Worker:
         self.path = os.path.abspath(submission_path)
         self.module = None
         self.instances = {}
-        _defer_dynamo(torch)
-        threading.Thread(target=self._warm_meta, daemon=True).start()
-
-    def _warm_meta(self):
-        """Pay the first use of the meta device (masked_fill's meta kernel imports torch._dynamo,
-        ~1.5 s) while the worker waits for the grader, not on the device check's clock. A short
-        switch interval meanwhile keeps requests from queueing behind the import for the GIL."""
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(0.0002)
-        try:
-            x = self.torch.zeros(1, 2, 2, device="meta")
-            x.masked_fill(x == 0, float("-inf"))
-        finally:
-            sys.setswitchinterval(interval)
+        deferred.install()  # after torch: the modules it stands in for are torch's own imports
 
     def load_submission(self):
         name = os.path.splitext(os.path.basename(self.path))[0]  # the exercise's module name: the file's stem

@@ -30,7 +30,7 @@ from ..errors import MachineError
 from ..exercise import EXERCISE
 from . import namespaces, procfs, residue, seccomp
 
-WORKER_FILES = ("child.py", "wire.py", "parameters.py")
+WORKER_FILES = ("child.py", "deferred.py", "wire.py", "parameters.py")
 # The grader's environment variables the worker keeps: which GPUs this grading may use (a GPU
 # hidden from the grader stays hidden from the submission, and the device check runs where asked).
 PASSED_ENV = ("CUDA_VISIBLE_DEVICES",)
