@@ -127,10 +127,29 @@ def hypothesis_profile(config):
     settings.load_profile("grading")
 
 
+def draw_without_local_constants():
+    """Keep the examples a function of grading.yml's seed and the property alone.
+
+    Hypothesis (since 6.131) mixes into its draws constants it parses out of every "local" module
+    loaded, the grader's own modules here. Which of them are loaded differs between `grade`,
+    `batch` and Otter, and grows when a failure's feedback imports one lazily: a seed drawn from
+    st.integers(0, 2**16) could then differ between `grade` and `batch`, or with what an earlier
+    property did. Grading draws from hypothesis's fixed global constants only (and no longer
+    parses the grader's sources, ~0.15 CPU-s of a cold grade). A version without the feature has
+    nothing to turn off; tests/test_suite_runner.py fails if a later one draws them some other way."""
+    from hypothesis.internal.conjecture import providers
+
+    if hasattr(providers, "_get_local_constants"):
+        none = providers.Constants()
+        providers._get_local_constants = lambda: none
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
 def run_properties(worker, config):
     """Run every graded property against the worker; return outcomes in grading.yml's order."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     hypothesis_profile(config)
+    draw_without_local_constants()
     if not gc.get_freeze_count():
         # What the grader has imported (~60k long-lived objects) out of the cyclic collector's
         # reach, once per process: every full collection walked them all, and hypothesis makes
