@@ -30,75 +30,84 @@ class _NotSymbolic:
     """The stand-in sympy's Basic: no value on the meta device is a sympy expression."""
 
 
-class _AskReal(Exception):
-    """A fast answer's signal that the real function must answer (a value is not plain)."""
+_PLAIN = (bool, int, float)  # never symbolic: SymInt, SymBool and SymFloat subclass none of them
 
 
-def _plain(value):
-    """A value made of Python bools, ints, floats, None, tuples and lists only: never symbolic."""
-    if isinstance(value, (tuple, list)):
-        return all(_plain(item) for item in value)
-    return type(value) in (bool, int, float, type(None))
+def _ask_torch(name, *args, **kwargs):
+    """torch's own answer, for what the stand-in does not answer itself: a symbolic value, or a
+    value that is an error in torch too (torch then raises its own error)."""
+    return getattr(_real(SYMBOLIC_SHAPES), name)(*args, **kwargs)
 
 
-def _same_bool(a):
-    if type(a) is not bool:
-        raise _AskReal
-    return a
+# symbolic_shapes' guards as torch 2.13 computes them for plain values (tests/test_worker_child.py
+# compares them with torch's over bools, ints, floats, None, tuples, lists and torch.Size); each
+# hands anything else to torch's. One Python call each, like torch's: the meta kernels call them
+# thousands of times a forward.
+def expect_true(a, skip=0):
+    return a if type(a) is bool else _ask_torch("expect_true", a, skip)
 
 
-def _same_int(a):
-    if type(a) is not int:
-        raise _AskReal
-    return a
+def guard_bool(a):
+    return a if type(a) is bool else _ask_torch("guard_bool", a)
 
 
-def _hint(a):
-    if type(a) not in (bool, int):
-        raise _AskReal
-    return a
+def guard_or_false(a):
+    return a if type(a) is bool else _ask_torch("guard_or_false", a)
 
 
-def _sym_eq(x, y):
+def guard_or_true(a):
+    return a if type(a) is bool else _ask_torch("guard_or_true", a)
+
+
+def guard_size_oblivious(expr):
+    return expr if type(expr) is bool else _ask_torch("guard_size_oblivious", expr)
+
+
+def statically_known_true(x):
+    return x if type(x) is bool else _ask_torch("statically_known_true", x)
+
+
+def guard_int(a):
+    return a if type(a) is int else _ask_torch("guard_int", a)
+
+
+def guarding_hint_or_throw(a):
+    return a if type(a) is bool or type(a) is int else _ask_torch("guarding_hint_or_throw", a)
+
+
+def has_guarding_hint(a):
+    return True if type(a) in _PLAIN else _ask_torch("has_guarding_hint", a)
+
+
+def is_nested_int(s):
+    return False if type(s) in _PLAIN else _ask_torch("is_nested_int", s)
+
+
+def sym_and(x, *others):
+    if all(type(v) is bool or type(v) is int for v in (x, *others)):
+        return functools.reduce(operator.and_, others, x)
+    return _ask_torch("sym_and", x, *others)
+
+
+def sym_or(x, *others):
+    if all(type(v) is bool or type(v) is int for v in (x, *others)):
+        return functools.reduce(operator.or_, others, x)
+    return _ask_torch("sym_or", x, *others)
+
+
+def sym_eq(x, y):
     if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
         if len(x) != len(y):
             return False
-        return functools.reduce(operator.and_, [_sym_eq(a, b) for a, b in zip(x, y)], True)
-    if isinstance(x, int) and isinstance(y, int):
+        return functools.reduce(operator.and_, map(sym_eq, x, y), True)
+    if (type(x) is int or type(x) is bool) and (type(y) is int or type(y) is bool):
         return x == y
-    raise _AskReal
+    return _ask_torch("sym_eq", x, y)  # torch's answer for a symbolic pair, its error for others
 
 
-# symbolic_shapes' functions, for plain values: each gives torch 2.x's answer or raises _AskReal.
-_GUARDS = {
-    "expect_true": lambda a, skip=0: _same_bool(a),
-    "guard_bool": _same_bool,
-    "guard_or_false": _same_bool,
-    "guard_or_true": _same_bool,
-    "guard_size_oblivious": _same_bool,
-    "statically_known_true": _same_bool,
-    "guard_int": _same_int,
-    "guarding_hint_or_throw": _hint,
-    "has_guarding_hint": lambda a: True,
-    "is_nested_int": lambda s: False,
-    "sym_and": lambda x, *others: functools.reduce(operator.and_, others, x),
-    "sym_or": lambda x, *others: functools.reduce(operator.or_, others, x),
-    "sym_eq": _sym_eq,
-}
-
-
-def _guard(name, fast):
-    @functools.wraps(fast)
-    def guard(*args, **kwargs):
-        if _plain(args) and _plain(list(kwargs.values())):
-            try:
-                return fast(*args, **kwargs)
-            except _AskReal:
-                pass
-        return getattr(_real(SYMBOLIC_SHAPES), name)(*args, **kwargs)
-
-    guard.__name__ = name
-    return guard
+_GUARDS = (expect_true, guard_bool, guard_or_false, guard_or_true, guard_size_oblivious,
+           statically_known_true, guard_int, guarding_hint_or_throw, has_guarding_hint,
+           is_nested_int, sym_and, sym_or, sym_eq)
 
 
 def _disable(fn=None, recursive=True, wrapping=True, **options):
@@ -108,22 +117,23 @@ def _disable(fn=None, recursive=True, wrapping=True, **options):
 _ANSWERS = {
     "torch._dynamo": {"disable": _disable},
     "sympy": {"Basic": _NotSymbolic},
-    SYMBOLIC_SHAPES: {name: _guard(name, fast) for name, fast in _GUARDS.items()},
+    SYMBOLIC_SHAPES: {guard.__name__: guard for guard in _GUARDS},
 }
 
 _PACKAGES = {"torch._dynamo", "sympy"}  # their __path__ is asked for to import a submodule: the real one's
 
 
 class _StandIn(types.ModuleType):
-    """A module that answers _ANSWERS[its name] and, for anything else, is the real module."""
+    """A module holding _ANSWERS[its name] as attributes (read at the cost of any module's); for
+    anything else, __getattr__ gives the real module's."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        vars(self).update(_ANSWERS[name])
 
     def __getattr__(self, name):
-        if sys.modules.get(self.__name__) is self:
-            answers = _ANSWERS[self.__name__]
-            if name in answers:
-                return answers[name]
-            if name.startswith("__") and not (name == "__path__" and self.__name__ in _PACKAGES):
-                raise AttributeError(name)  # probed by the import system, inspect, copy, ...
+        if name.startswith("__") and not (name == "__path__" and self.__name__ in _PACKAGES):
+            raise AttributeError(name)  # probed by the import system, inspect, copy, ...
         return getattr(_real(self.__name__), name)
 
 
@@ -133,12 +143,15 @@ def _real(name):
     return importlib.import_module(name)
 
 
-def restore():
-    """Put every stand-in's module back to loading for real on its next import."""
-    for name in _ANSWERS:
+def restore(*names):
+    """Put these stand-ins' modules (every one's, without names) back to loading for real on
+    their next import."""
+    for name in names or _ANSWERS:
         stand_in = sys.modules.get(name)
         if isinstance(stand_in, _StandIn):
-            del sys.modules[name]
+            for answer in _ANSWERS[name]:  # whoever still holds the stand-in now reads the real module
+                vars(stand_in).pop(answer, None)
+            sys.modules.pop(name, None)
             parent, _, child = name.rpartition(".")
             if parent and sys.modules.get(parent) is not None and vars(sys.modules[parent]).get(child) is stand_in:
                 delattr(sys.modules[parent], child)

@@ -106,9 +106,14 @@ def main():
     control = socket.socket(fileno=int(sys.argv[1]))
     sys.path[:0] = [HERE, PACKAGE_ROOT]
     import child
+    import deferred
     from autograder.worker import sandbox  # noqa: F401  (loaded before any fork, like child)
 
     worker = child.Worker(os.devnull)
+    # The stand-ins for sympy and symbolic_shapes spare a single grading their import, at a cost on
+    # every meta-device call (~20% of its time); a zygote imports them once for all its forks, so it
+    # takes the real ones. torch._dynamo's stand-in costs nothing per call: it stays.
+    deferred.restore("sympy", deferred.SYMBOLIC_SHAPES)
     if len(sys.argv) > 2:  # the exercise's warm-up (exercise.yml's warm_up), run once before any fork
         runpy.run_path(sys.argv[2])["warm_up"](worker)
     gc.collect()
