@@ -27,6 +27,15 @@ import sympy  # a stand-in gives every module back: the next import of each is t
 print("real sympy", type(sys.modules["sympy"]).__name__, sympy.Symbol("x").is_Symbol)
 """
 
+STAR_IMPORT = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import child
+worker = child.Worker(__file__)
+from sympy import *  # a submission's own use of sympy, from the stand-in: every name is sympy's
+print(type(sys.modules["sympy"]).__name__, Symbol("x").is_Symbol, callable(simplify))
+"""
+
 
 def test_meta_kernels_run_on_stand_ins_and_the_real_modules_load_on_demand(tmp_path):
     """The meta device's reference kernels give their shapes, and refuse a tensor left on the CPU,
@@ -101,3 +110,11 @@ def test_the_stand_ins_hand_symbolic_values_to_torch():
         assert stand_in(True) is True and asked == [value]
     finally:
         deferred._real = original
+
+
+def test_a_submissions_own_star_import_gets_the_real_module(tmp_path):
+    script = tmp_path / "star.py"
+    script.write_text(STAR_IMPORT.format(child_dir=str(CHILD_DIR)))
+    found = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.split() == ["module", "True", "True"]

@@ -132,8 +132,13 @@ class _StandIn(types.ModuleType):
         vars(self).update(_ANSWERS[name])
 
     def __getattr__(self, name):
-        if name.startswith("__") and not (name == "__path__" and self.__name__ in _PACKAGES):
-            raise AttributeError(name)  # probed by the import system, inspect, copy, ...
+        # What the module holds (its names, __all__ for `import *`, a package's __path__ for its
+        # submodules) is the real module's. Other dunders are probes (the import system's, inspect's,
+        # copy's) that a module without them answers with AttributeError, as a stand-in does until
+        # it is restored; after that, whoever still holds it reads the real module for anything.
+        holds = not name.startswith("__") or name == "__all__" or (name == "__path__" and self.__name__ in _PACKAGES)
+        if not holds and sys.modules.get(self.__name__) is self:
+            raise AttributeError(name)
         return getattr(_real(self.__name__), name)
 
 
