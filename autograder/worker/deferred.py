@@ -47,52 +47,33 @@ def expect_true(a, skip=0):
     return a if type(a) is bool else _ask_torch("expect_true", a, skip)
 
 
-def guard_bool(a):
-    return a if type(a) is bool else _ask_torch("guard_bool", a)
+def _same_if(name, *types):
+    """torch's guard `name`, which returns a value of these types as it is."""
+    def guard(a):
+        return a if type(a) in types else _ask_torch(name, a)
+
+    guard.__name__ = guard.__qualname__ = name
+    return guard
 
 
-def guard_or_false(a):
-    return a if type(a) is bool else _ask_torch("guard_or_false", a)
+def _constant_if_plain(name, answer):
+    """torch's guard `name`, whose answer for any plain value is `answer`."""
+    def guard(a):
+        return answer if type(a) in _PLAIN else _ask_torch(name, a)
+
+    guard.__name__ = guard.__qualname__ = name
+    return guard
 
 
-def guard_or_true(a):
-    return a if type(a) is bool else _ask_torch("guard_or_true", a)
+def _fold_if_plain(name, op):
+    """torch's guard `name` (sym_and, sym_or): `op` folded over plain bools and ints."""
+    def guard(x, *others):
+        if all(type(v) is bool or type(v) is int for v in (x, *others)):
+            return functools.reduce(op, others, x)
+        return _ask_torch(name, x, *others)
 
-
-def guard_size_oblivious(expr):
-    return expr if type(expr) is bool else _ask_torch("guard_size_oblivious", expr)
-
-
-def statically_known_true(x):
-    return x if type(x) is bool else _ask_torch("statically_known_true", x)
-
-
-def guard_int(a):
-    return a if type(a) is int else _ask_torch("guard_int", a)
-
-
-def guarding_hint_or_throw(a):
-    return a if type(a) is bool or type(a) is int else _ask_torch("guarding_hint_or_throw", a)
-
-
-def has_guarding_hint(a):
-    return True if type(a) in _PLAIN else _ask_torch("has_guarding_hint", a)
-
-
-def is_nested_int(s):
-    return False if type(s) in _PLAIN else _ask_torch("is_nested_int", s)
-
-
-def sym_and(x, *others):
-    if all(type(v) is bool or type(v) is int for v in (x, *others)):
-        return functools.reduce(operator.and_, others, x)
-    return _ask_torch("sym_and", x, *others)
-
-
-def sym_or(x, *others):
-    if all(type(v) is bool or type(v) is int for v in (x, *others)):
-        return functools.reduce(operator.or_, others, x)
-    return _ask_torch("sym_or", x, *others)
+    guard.__name__ = guard.__qualname__ = name
+    return guard
 
 
 def sym_eq(x, y):
@@ -105,9 +86,13 @@ def sym_eq(x, y):
     return _ask_torch("sym_eq", x, y)  # torch's answer for a symbolic pair, its error for others
 
 
-_GUARDS = (expect_true, guard_bool, guard_or_false, guard_or_true, guard_size_oblivious,
-           statically_known_true, guard_int, guarding_hint_or_throw, has_guarding_hint,
-           is_nested_int, sym_and, sym_or, sym_eq)
+_GUARDS = (
+    expect_true, sym_eq, _fold_if_plain("sym_and", operator.and_), _fold_if_plain("sym_or", operator.or_),
+    *(_same_if(name, bool) for name in ("guard_bool", "guard_or_false", "guard_or_true",
+                                        "guard_size_oblivious", "statically_known_true")),
+    _same_if("guard_int", int), _same_if("guarding_hint_or_throw", bool, int),
+    _constant_if_plain("has_guarding_hint", True), _constant_if_plain("is_nested_int", False),
+)
 
 
 def _disable(fn=None, recursive=True, wrapping=True, **options):
