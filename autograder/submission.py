@@ -575,6 +575,16 @@ def is_ipython_line(line):
     return line.lstrip().startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line)
 
 
+def ipython_command(source, line):
+    """Line `line` (1-based) of a .py source, stripped and cut to 80 characters, when it reads as
+    IPython (`!pip install` left in a notebook exported as .py); None for any other line."""
+    lines = source.splitlines()
+    if not isinstance(line, int) or not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1].strip()
+    return text[:80] if is_ipython_line(text) else None
+
+
 def _ipython_lines(lines):
     """The indexes of a cell's IPython lines (!cmd, %magic, x = !cmd, obj?): only those that begin a
     statement, as IPython reads them. Inside brackets, a string or after a backslash, a line such

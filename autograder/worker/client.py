@@ -19,7 +19,7 @@ import time
 
 from ..errors import MachineError
 from . import protocol, wire
-from ..submission import cell_lines, is_ipython_line
+from ..submission import cell_lines, ipython_command
 from ..text import clean_tree, json_needs_cleaning
 from .budgets import Budgets
 from .capture import OutputCapture
@@ -155,16 +155,6 @@ class Worker:
             raise SubmissionError("protocol", f"malformed {op} reply", cls=cls, op=label) from None
         return reply["ok"]
 
-    def _ipython_command(self, line):
-        """The line of a .py file that a syntax error points at, when it is IPython (`!pip install`
-        left in a notebook exported as .py): the feedback then says what to do with it. None in a
-        notebook, whose IPython lines are dropped before this, or for any other line."""
-        lines = self.source_text.splitlines()
-        if self.cells is not None or not isinstance(line, int) or not 1 <= line <= len(lines):
-            return None
-        text = lines[line - 1].strip()
-        return text[:80] if is_ipython_line(text) else None
-
     def _where(self, line):
         """line= (and cell=, for a notebook) of a line the worker reported in the file it imported."""
         if not isinstance(line, int):
@@ -291,7 +281,9 @@ class Worker:
         if "error" in ready:
             error = ready["error"] if isinstance(ready["error"], dict) else {}
             kind = "syntax_error" if error.get("type") in ("SyntaxError", "IndentationError", "TabError") else "import_error"
-            command = self._ipython_command(error.get("line")) if kind == "syntax_error" else None
+            # A notebook's IPython lines were dropped before import: only a .py can hold one.
+            py_syntax_error = kind == "syntax_error" and self.cells is None
+            command = ipython_command(self.source_text, error.get("line")) if py_syntax_error else None
             self.fatal = SubmissionError(  # an IPython line's message is the line itself
                 "syntax_error_ipython" if command else kind, command or str(error.get("message", ""))[:500],
                 **self._where(error.get("line")), exc_type=str(error.get("type") or "")[:80] or None, op="import",
