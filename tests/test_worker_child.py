@@ -4,6 +4,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 CHILD_DIR = Path(__file__).resolve().parent.parent / "autograder" / "worker"
 
 PROBE = r"""
@@ -37,16 +39,31 @@ print(type(sys.modules["sympy"]).__name__, Symbol("x").is_Symbol, callable(simpl
 """
 
 
+def _run_probe(tmp_path, source):
+    """stdout lines of a script run by a fresh interpreter, with child.py importable."""
+    script = tmp_path / "probe.py"
+    script.write_text(source.format(child_dir=str(CHILD_DIR)))
+    found = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    return found.stdout.splitlines()
+
+
+@pytest.fixture
+def deferred():
+    """worker/deferred.py, imported as the worker imports it (beside child.py)."""
+    sys.path.insert(0, str(CHILD_DIR))
+    try:
+        import deferred
+    finally:
+        sys.path.remove(str(CHILD_DIR))
+    return deferred
+
+
 def test_meta_kernels_run_on_stand_ins_and_the_real_modules_load_on_demand(tmp_path):
     """The meta device's reference kernels give their shapes, and refuse a tensor left on the CPU,
     with torch._dynamo, sympy and symbolic_shapes only stood in for; anything else asked of them
     (torch.compile, say) gets the real modules."""
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE.format(child_dir=str(CHILD_DIR)))
-    found = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert found.returncode == 0, found.stderr[-2000:]
-    lines = found.stdout.splitlines()
-    assert lines == ["meta (2, 3, 3) meta", "refused True",
+    assert _run_probe(tmp_path, PROBE) == ["meta (2, 3, 3) meta", "refused True",
                      "deferred torch._dynamo _StandIn", "deferred sympy _StandIn",
                      "deferred torch.fx.experimental.symbolic_shapes _StandIn",
                      "real True module", "real sympy module True"]
@@ -60,18 +77,13 @@ def _outcome(function, args):
     return "returns", type(value), value
 
 
-def test_the_stand_in_guards_answer_plain_values_as_torch_does():
+def test_the_stand_in_guards_answer_plain_values_as_torch_does(deferred):
     """deferred.py answers symbolic_shapes' guards itself for plain Python values: for each, over
     bools, ints, floats, None, lists, tuples and torch.Size (alone and in pairs, as those guards
     take them), the same value of the same type, or the same exception type, as torch's own."""
     import torch
     import torch.fx.experimental.symbolic_shapes as real
 
-    sys.path.insert(0, str(CHILD_DIR))
-    try:
-        import deferred
-    finally:
-        sys.path.remove(str(CHILD_DIR))
     values = [True, False, 0, 1, 7, -3, 2.5, None, (), [], (1, 2), [1, 2], (1, 3), (1, 2, 3),
               torch.Size([2, 3]), [True, 1], [(1, 2), (1, 2)], [(1, 2), 2.0]]
     stand_ins = deferred._ANSWERS[deferred.SYMBOLIC_SHAPES]
@@ -88,33 +100,20 @@ def test_the_stand_in_guards_answer_plain_values_as_torch_does():
     assert compared > 700
 
 
-def test_the_stand_ins_hand_symbolic_values_to_torch():
+def test_the_stand_ins_hand_symbolic_values_to_torch(deferred, monkeypatch):
     """A symbolic value is never answered by a stand-in: the real guard gets it."""
-    sys.path.insert(0, str(CHILD_DIR))
-    try:
-        import deferred
-    finally:
-        sys.path.remove(str(CHILD_DIR))
     asked = []
 
     class Symbolic:  # what a SymBool is to the stand-in: not a plain value
         pass
 
     real = types.SimpleNamespace(expect_true=lambda a, skip=0: asked.append(a) or "real answer")
-    original = deferred._real
-    deferred._real = lambda name: real
-    try:
-        stand_in = deferred._ANSWERS[deferred.SYMBOLIC_SHAPES]["expect_true"]
-        value = Symbolic()
-        assert stand_in(value) == "real answer" and asked == [value]
-        assert stand_in(True) is True and asked == [value]
-    finally:
-        deferred._real = original
+    monkeypatch.setattr(deferred, "_real", lambda name: real)
+    stand_in = deferred._ANSWERS[deferred.SYMBOLIC_SHAPES]["expect_true"]
+    value = Symbolic()
+    assert stand_in(value) == "real answer" and asked == [value]
+    assert stand_in(True) is True and asked == [value]
 
 
 def test_a_submissions_own_star_import_gets_the_real_module(tmp_path):
-    script = tmp_path / "star.py"
-    script.write_text(STAR_IMPORT.format(child_dir=str(CHILD_DIR)))
-    found = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert found.returncode == 0, found.stderr[-2000:]
-    assert found.stdout.split() == ["module", "True", "True"]
+    assert _run_probe(tmp_path, STAR_IMPORT) == ["module True True"]
