@@ -117,3 +117,38 @@ def test_the_stand_ins_hand_symbolic_values_to_torch(deferred, monkeypatch):
 
 def test_a_submissions_own_star_import_gets_the_real_module(tmp_path):
     assert _run_probe(tmp_path, STAR_IMPORT) == ["module True True"]
+
+
+COLLECTOR_PROBE = '''
+import gc
+import torch
+print("collector on:", gc.isenabled(), "frozen:", gc.get_freeze_count() > 0)
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.W_Q = torch.nn.Linear(d_model, d_model, bias=False)
+'''
+
+
+@pytest.mark.parametrize("kind", ["cold", "forked from a zygote"])
+def test_the_submission_runs_with_the_cyclic_collector_on(kind):
+    """The worker loads torch with the collector off; the student's code must meet it on again (a
+    submission making cycles would otherwise grow until the memory limit), with torch frozen."""
+    from functools import partial
+
+    from autograder.cohort.warm import Zygote, ZygoteWorker
+    from autograder.config import Limits
+    from autograder.worker.client import Worker
+
+    zygote = Zygote() if kind != "cold" else None
+    make = Worker if zygote is None else partial(ZygoteWorker, zygote=zygote)
+    worker = make(COLLECTOR_PROBE, Limits(request_s=30, memory_mib=1024))
+    worker.start()
+    try:
+        assert worker.call("SelfAttention", "build", cls="SelfAttention", kwargs={"d_model": 4}, handle="a")
+        assert worker.take_output().strip() == "collector on: True frozen: True"
+    finally:
+        worker.stop()
+        if zygote is not None:
+            zygote.close()
