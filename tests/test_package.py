@@ -95,6 +95,7 @@ def test_gradescope_scripts_are_executable_and_use_their_own_python(dist, tmp_pa
     assert setup.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in setup
     # the image build ends with the self-check: its failure fails the build
     assert setup.rstrip().splitlines()[-1] == '"$VENV/bin/python" -E -m autograder.package.selfcheck'
+    assert '"$VENV/bin/python" -E -m compileall -q "$SOURCE/autograder"' in setup  # bytecode made once, in the image
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in requirements.splitlines()
     shipped = lock.parse(requirements)
     assert shipped.pins["torch"] == lock.read().pins["torch"] == "2.13.0+cpu"
