@@ -10,6 +10,7 @@ failure notice of failure_results() and exits 2; when Python itself cannot start
 run_autograder copies the same notice, which `python -m autograder build` ships as
 failure_results.json. Only the standard library is imported before main()'s guard.
 """
+import gc
 import json
 import os
 import sys
@@ -73,6 +74,7 @@ def previous_line(metadata_path, language):
 
 def grade_submission(root):
     """Grade root/submission into root/results/results.json and print the summary; 0."""
+    gc.disable()  # while the grader loads: suite_runner.loading_done() turns it on
     from . import config as grading_config
     from .grade import grade
     from .summary import print_summary

@@ -74,6 +74,9 @@ class Collector:
         marker = item.get_closest_marker("graded")
         return marker.kwargs["cls"], marker.kwargs["prop"]
 
+    def pytest_collection_finish(self, session):
+        loading_done()  # the suite's modules are loaded
+
     def pytest_runtest_logstart(self, nodeid, location):
         self.started[nodeid] = time.monotonic()
 
@@ -145,16 +148,24 @@ def draw_without_local_constants():
         providers.CONSTANTS_CACHE.cache.clear()
 
 
+def loading_done():
+    """Once the suite is loaded: what the grader has imported (~60k long-lived objects) out of the
+    cyclic collector's reach, once per process (every full collection walked them all, and
+    hypothesis makes one at its first example), and the collector on.
+
+    A cold grade (`grade`, Gradescope's entry point) loads its modules with the collector off: the
+    collections that loading triggers, over objects that live until the process exits, were ~0.1
+    CPU-s of a grade. Their own cyclic garbage is frozen with them."""
+    if not gc.get_freeze_count():
+        gc.freeze()
+    gc.enable()
+
+
 def run_properties(worker, config):
     """Run every graded property against the worker; return outcomes in grading.yml's order."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     hypothesis_profile(config)
     draw_without_local_constants()
-    if not gc.get_freeze_count():
-        # What the grader has imported (~60k long-lived objects) out of the cyclic collector's
-        # reach, once per process: every full collection walked them all, and hypothesis makes
-        # one (gc.collect) at its first example. Collections during a grading: 0.12 -> 0.06 CPU-s.
-        gc.freeze()
     collector = Collector(worker, config)
     # Only what the suite needs: no terminal, cache, captures, logging or assertion rewriting
     # (the checks raise their own failures), and no plugins from the environment.
@@ -163,7 +174,10 @@ def run_properties(worker, config):
     args = [str(SUITE_DIR), *(arg for name in unused for arg in ("-p", f"no:{name}")),
             "--assert=plain", "--capture=no", "--noconftest", "--rootdir", str(SUITE_DIR),
             "-c", os.devnull, "-W", "ignore"]
-    code = pytest.main(args, plugins=[collector])
+    try:
+        code = pytest.main(args, plugins=[collector])
+    finally:
+        gc.enable()  # even where the suite did not load
     if collector.error is not None:
         raise collector.error
     if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):

@@ -60,3 +60,26 @@ def test_without_the_runner_hypothesis_draws_a_loaded_modules_constants(tmp_path
     if not hasattr(providers, "_get_local_constants"):
         pytest.skip("this hypothesis draws no local constants: nothing for the runner to turn off")
     assert _draws(tmp_path, True, False) != _draws(tmp_path, False, False)
+
+
+LOADING = r"""
+import gc, sys
+sys.path.insert(0, {root!r})
+gc.disable()  # as a cold grade's entry point does
+from autograder.suite_runner import loading_done
+loading_done()
+first = gc.get_freeze_count()
+kept = [[] for _ in range(1000)]  # what a first grading leaves alive: the next one must not freeze it
+loading_done()
+print(gc.isenabled(), first > 0, gc.get_freeze_count() == first)
+"""
+
+
+def test_the_collector_is_on_once_the_suite_is_loaded_and_frozen_once(tmp_path):
+    """A cold grade loads with the cyclic collector off; once the suite is loaded it is on, with
+    what was loaded frozen, and a later grading in the same process (a batch slot) freezes nothing
+    more: objects alive then are a grading's, not the grader's."""
+    found = subprocess.run([sys.executable, "-c", LOADING.format(root=str(ROOT))], capture_output=True, text=True,
+                           timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.split() == ["True", "True", "True"]
