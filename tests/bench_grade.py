@@ -5,6 +5,8 @@ their ratio, and the peak memory. Not a test: run it by hand.
 
     python tests/bench_grade.py [--runs 5] [--submission solutions/attention.py] [--box]
 
+The grader's bytecode is compiled first, as setup.sh leaves it in Gradescope's image.
+
 Plain (default): on the whole machine; the ratio's target is at most 2.5, the peak resident
 memory of the grader's process tree (worker included) under 600 MiB.
 --box: both commands inside a cgroup shaped like Gradescope's default container, 0.5 CPU and
