@@ -2,9 +2,14 @@
 import subprocess
 import sys
 import types
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from autograder.cohort.warm import Zygote, ZygoteWorker
+from autograder.config import Limits
+from autograder.worker.client import Worker
 
 CHILD_DIR = Path(__file__).resolve().parent.parent / "autograder" / "worker"
 
@@ -135,12 +140,6 @@ class SelfAttention(torch.nn.Module):
 def test_the_submission_runs_with_the_cyclic_collector_on(kind):
     """The worker loads torch with the collector off; the student's code must meet it on again (a
     submission making cycles would otherwise grow until the memory limit), with torch frozen."""
-    from functools import partial
-
-    from autograder.cohort.warm import Zygote, ZygoteWorker
-    from autograder.config import Limits
-    from autograder.worker.client import Worker
-
     zygote = Zygote() if kind != "cold" else None
     make = Worker if zygote is None else partial(ZygoteWorker, zygote=zygote)
     worker = make(COLLECTOR_PROBE, Limits(request_s=30, memory_mib=1024))
