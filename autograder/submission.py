@@ -739,8 +739,12 @@ def _uses(statement):
     names, pending = set(), [top]
     while pending:
         table = pending.pop()
+        # A class body looks a name up in the module when the class has not bound it yet, even a
+        # name it then binds (`n_embd: int = n_embd` in a dataclass): the symbol table calls that
+        # one local, so every name a class body reads counts.
+        module_reads = table is top or table.get_type() == "class"
         names |= {symbol.get_name() for symbol in table.get_symbols()
-                  if symbol.is_referenced() and (table is top or symbol.is_global())}
+                  if symbol.is_referenced() and (module_reads or symbol.is_global())}
         pending += table.get_children()
     return names
 

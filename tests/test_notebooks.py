@@ -185,6 +185,18 @@ def test_a_name_is_used_wherever_a_kept_definition_reads_it(definition):
     assert "VALUE = [1]" in source and "OTHER" not in source
 
 
+def test_a_class_body_that_rebinds_a_global_still_reads_it_first():
+    """`n_embd: int = n_embd` in a dataclass reads the cell's n_embd (the class has not bound it
+    yet), though Python's symbol table calls the name local to the class."""
+    source = kept("n_embd = 32\nn_head = 4\nunused = 1",
+                  "from dataclasses import dataclass\n@dataclass\nclass Cfg:\n    n_embd: int = n_embd\n"
+                  "    n_head: int = n_head")
+    assert names(source) == ["n_embd", "n_head", "dataclass", "Cfg"]
+    namespace = {}
+    exec(compile(code_of(source), "nb", "exec"), namespace)  # runs as the notebook did
+    assert (namespace["Cfg"]().n_embd, namespace["Cfg"]().n_head) == (32, 4)
+
+
 def test_locals_parameters_and_attributes_do_not_keep_a_global_of_that_name():
     source = kept(
         "x = torch.randn(2, 5, 16)\nmask = None\nweights = 3\nd_k = 4",
@@ -434,6 +446,18 @@ def test_feedback_names_the_cell_and_the_line(language, expected):
     found.params.pop("cell")  # a .py: as before
     assert feedback.headline(found, language) == feedback.catalog(language)["failures"]["submission.exception"].format(
         cls="MultiHeadAttention", op="forward", exc_type="AttributeError", line=29, message="sin atributo")
+
+
+@pytest.mark.parametrize("language, rule", [("es", "un bloque with"), ("en", "a with block")], ids=["es", "en"])
+def test_a_name_error_at_import_says_what_of_a_notebook_runs(language, rule):
+    """The usual cause is a name the notebook binds only where the grader does not run it (a
+    `with` block reading a data file, a loop): the message says what is kept. A .py's is as before."""
+    found = outcome("submission.import_error", message="name 'text' is not defined", exc_type="NameError",
+                    line=3, cell=2)
+    text = feedback.headline(found, language)
+    assert "(NameError): name 'text' is not defined." in text and rule in text and " 2" in text
+    found.params.pop("cell")
+    assert rule not in feedback.headline(found, language)
 
 
 def test_a_syntax_error_message_loses_the_module_line_python_adds():

@@ -378,6 +378,8 @@ def _template(outcome, failures):
             missing = _NO_MODULE.search(message)
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
+            elif code == "submission.import_error" and params.get("exc_type") == "NameError":
+                code = "submission.name_error"  # most often a name the notebook binds in code not kept
         template = failures.get(f"{code}.in_cell")
         if template:
             return template, params
