@@ -615,7 +615,8 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names):
     (shaped(i, reply), a list) must match expected(i), a list of (reference, rounding bound,
     magnitude of the inputs, what) from reference.*_bounded, and leave its inputs unchanged
     (names: inputs_unchanged's). A later call that misses while the same call on a fresh module
-    (fresh()) matches shows a module that depends on its earlier calls."""
+    (fresh()) matches shows a module that depends on its earlier calls; when that call first gave
+    the module new parameters (the option `reload`), on what it computed from the old ones."""
     replies = module.runs(*calls)
     for i, reply in enumerate(replies):
         got = shaped(i, reply)
@@ -629,7 +630,8 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names):
                     args, options = calls[i]
                     again = shaped(i, fresh().run(*args, **options))
                     if all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected(i))):
-                        raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, **params}) from None
+                        code = "stale_after_new_parameters" if options.get("reload") else "depends_on_earlier_calls"
+                        raise PropertyFailure(code, **{**failure.params, **params}) from None
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise
 

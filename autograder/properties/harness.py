@@ -149,6 +149,13 @@ class Remote:
         """The contract layers' parameters as loaded (float64): only for a module built with load_seed."""
         return self.build()._params
 
+    def reloading(self, seed):
+        """(the call option `reload` that gives the module new values for its contract layers
+        first, drawn from seed; those values in float64, for the reference): the same module after
+        an optimizer step, say. Only for a module built with load_seed, without load_scale."""
+        chosen = parameters.draw(np.random.default_rng(seed), self.param_shapes, self.layers)
+        return {"seed": seed, "layers": list(self.layers)}, {k: v.astype(np.float64) for k, v in chosen.items()}
+
     @property
     def missing_layers(self):
         """The contract layers the module lacks (only for a module built with load_seed)."""
@@ -190,20 +197,21 @@ class Remote:
 
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
-          device="cpu", noncontiguous=False, upstream=None, input_grads=(), **kwargs):
+          device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
     upstream (with grad): the gradient of output 0 to run backward from (float32, output 0's
     shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
     gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
-    `traced`) whose calls the reply counts."""
+    `traced`) whose calls the reply counts; reload: Remote.reloading's option."""
     unknown = set(trace) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
-            "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads)}
+            "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
+            "reload": reload}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
@@ -217,6 +225,8 @@ ARGUMENT_NAMES = {
 INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
+# Switches whose value only the grader reads: the example says that they were set, not to what.
+SET_SWITCHES = {"reload": "new_parameters"}
 
 
 def describe_call(cls, op, args):
@@ -231,7 +241,8 @@ def describe_call(cls, op, args):
     names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))
     named = [(names[i] if i < len(names) else f"arg{i}", value) for i, value in enumerate(args["args"])]
     named += list(args["kwargs"].items())
-    named += [(SWITCH_NAMES.get(key, key), value) for key, value in args.items() if key not in INTERNAL_SWITCHES]
+    named += [(SET_SWITCHES[key], True) if key in SET_SWITCHES and value is not None else (SWITCH_NAMES.get(key, key), value)
+              for key, value in args.items() if key not in INTERNAL_SWITCHES]
     described = {"method": args["method"]}
     for name, value in named:
         if isinstance(value, np.ndarray):

@@ -139,22 +139,25 @@ def test_causality(worker, dims, data):
 @graded(CLS, "reference_match")
 @given(dims=causal_dims(min_block=8), short=st.integers(1, 7), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, short, scales):
-    """Four calls on one module, an input at each scale: one of the full block_size (a window over
+    """Five calls on one module, an input at each scale: one of the full block_size (a window over
     the last few tokens shows there), then two short ones (nothing kept from the longer call: a
-    mask cut from its end sees the future), then the first short one again. Longer after shorter
-    is `shapes`' business."""
+    mask cut from its end sees the future), then the first short one again, before and after the
+    parameters change in place (as an optimizer step changes them). Longer after shorter is
+    `shapes`' business."""
     dims = {**dims, "T": short}
     module, rng = loaded(worker, dims, dropout=0.2)
-    lengths = [dims["block_size"], short, short, short]
+    lengths = [dims["block_size"], short, short, short, short]
     example(**dims, dropout=0.2, scales=list(scales), lengths=lengths)
     first, second, third = scales
     xs = [inputs(rng, {**dims, "T": T}, scale) for T, scale in zip(lengths, scales)]
-    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {}), ((xs[1],), {})]
-    magnitudes = [first, second, third, second]
+    reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {}), ((xs[1],), {}), ((xs[1],), {"reload": reload})]
+    magnitudes = [first, second, third, second, second]
 
     def wanted(i):
-        (x,), _ = calls[i]
-        out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
+        (x,), options = calls[i]
+        out, bound = reference.causal_self_attention_bounded(changed if "reload" in options else module.params,
+                                                             dims["n_head"], x.astype(np.float64))
         return [(out, bound, magnitudes[i], "output")]
 
     checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, {**dims, "T": lengths[i]})], wanted,

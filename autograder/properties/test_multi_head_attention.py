@@ -171,21 +171,24 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=multi_head_dims(), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Four calls on one module (lengths are `shapes`' business): inputs at each scale, the last
-    with a mask, then the first inputs again."""
+    """Five calls on one module (lengths are `shapes`' business): inputs at each scale, the last
+    with a mask, then the first inputs again, before and after the parameters change in place (as
+    an optimizer step changes them)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2, scales=list(scales))
     first, second, third = scales
     mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
     calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {}),
              (cross_inputs(rng, dims, third), {"mask": mask})]
-    calls.append(calls[0])
-    magnitudes = [first, second, third, first]
+    reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    calls += [calls[0], (calls[0][0], {"reload": reload})]
+    magnitudes = [first, second, third, first, first]
 
     def expected(i):
         args, options = calls[i]
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
-            module.params, dims["h"], *(t.astype(np.float64) for t in args), options.get("mask"))
+            changed if "reload" in options else module.params, dims["h"], *(t.astype(np.float64) for t in args),
+            options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,

@@ -121,21 +121,23 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=self_attention_dims(), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Four calls on one module (lengths are `shapes`' business): an input at each scale, the last
-    with a mask, then the first input again."""
+    """Five calls on one module (lengths are `shapes`' business): an input at each scale, the last
+    with a mask, then the first input again, before and after the parameters change in place (as
+    an optimizer step changes them)."""
     module, rng = loaded(worker, dims)
     example(**dims, scales=list(scales))
     B, T = dims["B"], dims["T"]
     first, second, third = scales
     xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
     mask = random_mask(rng, B, T, T)
-    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((xs[0],), {})]
-    magnitudes = [first, second, third, first]
+    reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((xs[0],), {}), ((xs[0],), {"reload": reload})]
+    magnitudes = [first, second, third, first, first]
 
     def expected(i):
         (x,), options = calls[i]
         out, weights, e_out, e_weights = reference.self_attention_bounded(
-            module.params, x.astype(np.float64), options.get("mask"))
+            changed if "reload" in options else module.params, x.astype(np.float64), options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,

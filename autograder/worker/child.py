@@ -131,14 +131,20 @@ class Worker:
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("contract", f"{cls} is not an nn.Module")
         self.instances[handle] = instance
-        own = dict(instance.named_parameters())
+        return {"params": self._load(instance, load)}
+
+    def _load(self, module, load):
+        """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
+        layers, in place, as an optimizer step changes them; with load None, none. Returns every
+        parameter's shape."""
+        own = dict(module.named_parameters())
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
             with self.torch.no_grad():
                 for name, value in values.items():
                     own[name].copy_(self.torch.from_numpy(value))
-        return {"params": shapes}
+        return shapes
 
     def op_describe(self, handle):
         """What only some checks read: buffers (with their values), the state_dict's keys, and
@@ -162,7 +168,7 @@ class Worker:
         return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
-                trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=()):
+                trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -171,9 +177,12 @@ class Worker:
         gradient; and those of the floating-point inputs named in input_grads (each reaches the
         method as a copy of a leaf, so that the method may still change it in place). The reply names the
         inputs (a positional one by its index, as a string; a keyword one by its name) that the
-        call changed in place: their values, shape or dtype are no longer the ones sent."""
+        call changed in place: their values, shape or dtype are no longer the ones sent. reload
+        (op_build's load): first give the module new parameter values, in place."""
         torch = self.torch
         module = self.instances[handle]
+        if reload is not None:
+            self._load(module, reload)
         if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
