@@ -474,7 +474,7 @@ def test_uid_leases_are_exclusive_until_released():
 def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.submission_errors import KINDS
 
-    assert len(KINDS) == 22
+    assert len(KINDS) == 24
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)
@@ -482,7 +482,8 @@ def test_feedback_catalogs_cover_every_failure_kind():
 
 def test_every_kind_a_submission_error_is_raised_with_is_declared():
     """The grader's own SubmissionError("kind", ...) calls name only kinds of KINDS (else outcomes.py
-    and the class stop would fail on them); what the worker sends is mapped by Kind.reported."""
+    and the class stop would fail on them); what the worker sends is mapped by Kind.reported, so
+    each kind it sends must be a reported one (else its feedback would be a generic exception's)."""
     import re
     from autograder.worker.submission_errors import KINDS
 
@@ -490,3 +491,7 @@ def test_every_kind_a_submission_error_is_raised_with_is_declared():
     raised = {kind for path in package.rglob("*.py")
               for kind in re.findall(r'SubmissionError\(\s*"(\w+)"', path.read_text(encoding="utf-8"))}
     assert raised and raised <= set(KINDS), raised - set(KINDS)
+    child = (package / "worker" / "child.py").read_text(encoding="utf-8")
+    sent = set(re.findall(r'StudentError\(\s*"(\w+)"', child)) | set(re.findall(r'"kind": "(\w+)"', child))
+    assert {"bad_output", "output_shape", "not_a_module", "unreadable_output"} <= sent
+    assert all(KINDS.get(kind) and KINDS[kind].reported for kind in sent), sent

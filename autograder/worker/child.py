@@ -129,7 +129,7 @@ class Worker:
         self._seed(seed)
         instance = factory(config_object(config, kwargs, self.module)) if config else factory(**kwargs)
         if not isinstance(instance, self.torch.nn.Module):
-            raise StudentError("contract", f"{cls} is not an nn.Module")
+            raise StudentError("not_a_module", "")
         self.instances[handle] = instance
         return {"params": self._load(instance, load)}
 
@@ -213,7 +213,7 @@ class Worker:
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
             if type(value) is not torch.Tensor:
-                raise StudentError("bad_output", f"{method} returned {type(value).__name__}, not torch.Tensor")
+                raise StudentError("bad_output", type(value).__name__)  # the type's name: the feedback words it
         reply = {"outputs": [self._to_numpy(v) for v in outputs], "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied))}
@@ -236,8 +236,7 @@ class Worker:
             upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed))
         else:
             if list(upstream.shape) != list(output.shape):
-                raise StudentError("bad_output", f"output 0 has shape {list(output.shape)}, "
-                                                 f"expected {list(upstream.shape)}")
+                raise StudentError("output_shape", str(list(output.shape)))  # the feedback words it
             upstream = torch.from_numpy(upstream)
         try:
             (output * upstream.to(output.device)).sum().backward()
@@ -357,7 +356,7 @@ def send(responses, reply):
     try:
         frame = wire.encode(reply)
     except Exception as exc:
-        frame = wire.encode({"error": {"kind": "bad_output", "message": str(exc)[:300]}})
+        frame = wire.encode({"error": {"kind": "unreadable_output", "message": type(exc).__name__}})
     responses.write(frame)
     responses.flush()
 
