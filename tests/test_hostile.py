@@ -309,7 +309,7 @@ MESSAGES = [
      "El proceso que ejecutaba MultiHeadAttention.forward terminó abruptamente (exit code 0)"),
     ("csa_memory_hog", "CausalSelfAttention", "CausalSelfAttention.forward usó más de {memory} MiB de memoria"),
     ("csa_sys_exit_in_forward", "CausalSelfAttention", "CausalSelfAttention.forward lanzó SystemExit en la línea {line}"),
-    ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió algo que no es un torch.Tensor común"),
+    ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió un valor de tipo Liar: debe devolver torch.Tensor"),
     ("surrogate_message", "SelfAttention", "Importar tu archivo falló en la línea {line} (RuntimeError): boom \ufffd \ufffd fin"),
 ]
 LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "colab_export": "!pip install torch", "sys_exit_at_import": "sys.exit(0)",

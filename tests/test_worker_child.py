@@ -151,3 +151,40 @@ def test_the_submission_runs_with_the_cyclic_collector_on(kind):
         worker.stop()
         if zygote is not None:
             zygote.close()
+
+
+LAYOUT_PROBE = '''
+import os, sys
+import torch
+print("fds:", sorted(int(fd) for fd in os.listdir("/proc/self/fd")), "argv:", [os.path.basename(a) for a in sys.argv])
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.W_Q = torch.nn.Linear(d_model, d_model, bias=False)
+'''
+
+
+def _layout(zygote):
+    make = Worker if zygote is None else partial(ZygoteWorker, zygote=zygote)
+    worker = make(LAYOUT_PROBE, Limits(request_s=30, memory_mib=1024))
+    worker.start()
+    try:
+        assert worker.call("SelfAttention", "build", cls="SelfAttention", kwargs={"d_model": 4}, handle="a")
+        return worker.take_output().strip()
+    finally:
+        worker.stop()
+
+
+def test_a_submission_sees_the_same_descriptors_and_argv_cold_and_forked():
+    """`grade` starts the worker cold, `batch` forks it from a zygote: a submission that writes to
+    (or closes) a descriptor by number, or reads sys.argv, must meet the same in both, so that it
+    scores the same (a dup2 onto the reply pipe's number cost points in one mode only)."""
+    cold = _layout(None)
+    zygote = Zygote()
+    try:
+        forked = _layout(zygote)
+    finally:
+        zygote.close()
+    # 0-2, the pipes at 3 and 4, and the descriptor listdir itself holds open
+    assert cold == forked == "fds: [0, 1, 2, 3, 4, 5] argv: ['attention.py']", (cold, forked)

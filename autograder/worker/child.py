@@ -11,6 +11,7 @@ Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
 """
 import copy
 import dataclasses
+import fcntl
 import gc
 import importlib.util
 import os
@@ -365,8 +366,28 @@ def main():
     run(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
 
 
+# Where the pipes to the grader are, and what sys.argv says, as the submission sees them: the same
+# whether the worker was started cold (`grade`, Gradescope) or forked from a zygote (`batch`), so
+# that nothing a submission does to its file descriptors or reads from argv differs between them.
+REQUEST_FD, RESPONSE_FD = 3, 4
+
+
+def at_fixed_numbers(request_fd, response_fd):
+    """Move the two pipes to REQUEST_FD and RESPONSE_FD (through numbers above both, so that a pipe
+    already at the other's number is not overwritten); return those numbers."""
+    above = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in (request_fd, response_fd)]
+    for fd in {request_fd, response_fd}:
+        os.close(fd)
+    for fd, target in zip(above, (REQUEST_FD, RESPONSE_FD)):
+        os.dup2(fd, target, inheritable=False)
+        os.close(fd)
+    return REQUEST_FD, RESPONSE_FD
+
+
 def run(request_fd, response_fd, submission):
     """Import the submission, say whether it loaded, then answer requests until EOF."""
+    request_fd, response_fd = at_fixed_numbers(request_fd, response_fd)
+    sys.argv = [submission]
     requests = os.fdopen(request_fd, "rb", buffering=0)
     responses = os.fdopen(response_fd, "wb")
     worker = Worker(submission)
