@@ -169,7 +169,8 @@ class Worker:
         return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
-                trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None):
+                trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
+                zeroed=()):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -179,7 +180,9 @@ class Worker:
         method as a copy of a leaf, so that the method may still change it in place). The reply names the
         inputs (a positional one by its index, as a string; a keyword one by its name) that the
         call changed in place: their values, shape or dtype are no longer the ones sent. reload
-        (op_build's load): first give the module new parameter values, in place."""
+        (op_build's load): first give the module new parameter values, in place. zeroed: traced
+        functions (as in trace) whose results the module gets as zeros instead, to see whether its
+        output depends on them."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -209,7 +212,7 @@ class Worker:
         kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
-        with torch.set_grad_enabled(grad), self._counting(traced):
+        with torch.set_grad_enabled(grad), self._counting(traced, zeroed):
             result = getattr(module, method)(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
@@ -310,23 +313,30 @@ class Worker:
             array = array.astype(np.float32)
         return array
 
-    def _counting(self, counts):
+    def _counting(self, counts, zeroed=()):
         """While the call runs, count the calls of each torch.nn.functional function named in
-        `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it."""
+        `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it; those
+        named in `zeroed` return zeros of their result's shape instead."""
         from torch.overrides import TorchFunctionMode
         import contextlib
 
-        functions = [(getattr(self.torch.nn.functional, name, None), name) for name in counts]
+        names = set(counts) | set(zeroed)
+        functions = [(getattr(self.torch.nn.functional, name, None), name) for name in names]
         functions = [(function, name) for function, name in functions if function is not None]
         if not functions:
             return contextlib.nullcontext()
+        zeros_like = self.torch.zeros_like
 
         class Count(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
                 for function, name in functions:
                     if func is function:
-                        counts[name] += 1
-                return func(*args, **(kwargs or {}))
+                        if name in counts:
+                            counts[name] += 1
+                        if name in zeroed:
+                            result = zeros_like(result)
+                return result
 
         return Count()
 
