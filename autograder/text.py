@@ -24,6 +24,12 @@ def clean(text):
     return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
+def clean_line(text):
+    """clean(text) on one line: newlines and tabs become spaces (a key or a name that must fit a
+    row, a cell or a file name)."""
+    return re.sub(r"[\n\t]", " ", clean(text))
+
+
 def json_needs_cleaning(raw):
     """Whether JSON text (bytes) can decode to a string that clean() would change. A string in
     JSON holds a control character or a surrogate only through an escape (a backslash) or bytes

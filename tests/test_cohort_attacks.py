@@ -292,6 +292,23 @@ def test_surrogates_in_folder_names_and_messages(store, tmp_path):
     assert (again.graded, again.reused) == (0, 2)
 
 
+def test_a_newline_or_tab_in_a_file_name_never_reaches_a_key(store, tmp_path):
+    """A key is one line in every writer (gradebook rows, LMS files, page tables): a newline or a
+    tab in a file name is made a space and the key suffixed, like any other control character."""
+    folder = tmp_path / "cohort"
+    folder.mkdir()
+    for name in ("mal\nnombre.py", "con\ttab.py", "bien.py"):
+        (folder / name).write_text(STUB + f"# {name!r}\n", encoding="utf-8")
+    executor = Instant(outcomes())
+    summary = run_batch(folder, store, executor)
+    assert summary.graded == 3 and summary.failures == []
+    keys = sorted(executor.keys)
+    assert keys[0] == "bien.py" and keys[1].startswith("con tab.py~") and keys[2].startswith("mal nombre.py~")
+    report.write_reports(store, "c", tmp_path / "out", CONFIG)
+    with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8", newline="") as handle:
+        assert len(handle.read().splitlines()) == 4  # the header and one line each
+
+
 def test_surrogates_in_export_keys_and_names(store, tmp_path):
     root = write_export(tmp_path / "export", """\
 "submission_\\udc80":

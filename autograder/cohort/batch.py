@@ -26,7 +26,7 @@ re-uploaded submissions, batched into the same cohort, adds or replaces just tho
 unless --regrade is given too.
 
 Keys: a submission's key is its file or folder name (or Gradescope's folder name), made valid
-text by text.clean; a key that clean() changes gets a suffix from the sha256 of the raw name,
+text on one line by text.clean_line; a key that it changes gets a suffix from the sha256 of the raw name,
 so that keys stay distinct and stable across runs while the grading reads the original path.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ from .. import config as grading_config
 from .. import feedback, submission
 from ..grade import close_to_workers, suite_version
 from ..outcomes import Outcome
-from ..text import clean
+from ..text import clean, clean_line
 from . import gradescope_export
 from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
 from .store import DEFAULT_PATH, Store, Submitter
@@ -88,22 +88,23 @@ def folder_entries(folder):
     for path in sorted(Path(folder).iterdir()):
         if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix in SUBMISSION_SUFFIXES):
             continue
-        entries.append(Entry(path.name, path, (Submitter(name=path.stem),)))
+        entries.append(Entry(path.name, path, (Submitter(name=clean_line(path.stem)),)))
     return entries
 
 
 def clean_keys(found):
     """The entries with keys that are valid text and pairwise distinct; paths stay as they were.
 
-    A key that clean() changes becomes its cleaned text plus `~` and 8 hex digits of the sha256
-    of the raw name, the same in every run. Only a name crafted to equal such a suffixed key
-    makes it take a counter as well."""
-    taken = {e.key for e in found if clean(e.key) == e.key}
+    A key that clean_line() changes (a lone surrogate, a control character, a newline or a tab
+    in a file name) becomes its cleaned text plus `~` and 8 hex digits of the sha256 of the raw
+    name, the same in every run. Only a name crafted to equal such a suffixed key makes it take a
+    counter as well."""
+    taken = {e.key for e in found if clean_line(e.key) == e.key}
     cleaned = []
     for entry in found:
-        if clean(entry.key) != entry.key:
+        if clean_line(entry.key) != entry.key:
             digest = hashlib.sha256(entry.key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-            key = base = f"{clean(entry.key)}~{digest}"
+            key = base = f"{clean_line(entry.key)}~{digest}"
             count = 1
             while key in taken:
                 count += 1
