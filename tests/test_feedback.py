@@ -513,3 +513,15 @@ def test_no_student_message_shows_a_raw_python_bool_or_list(language):
 
 def message_lines(outcome, language):
     return feedback.message(outcome, language).splitlines()
+
+
+@pytest.mark.parametrize("language, expected", [
+    ("es", "MultiHeadAttention.split_heads lanzó AttributeError en la línea 3: sin atributo"),
+    ("en", "MultiHeadAttention.split_heads raised AttributeError on line 3: sin atributo"),
+], ids=["es", "en"])
+def test_a_method_named_like_a_word_of_the_catalog_keeps_its_name(language, expected):
+    """The words table says "split_heads" (the value compared) as "la salida de split_heads"; the
+    method that raised is named as it is in the student's code."""
+    found = Outcome("MultiHeadAttention", "split_heads", "error", "submission.exception",
+                    {"op": "split_heads", "exc_type": "AttributeError", "message": "sin atributo", "line": 3})
+    assert feedback.headline(found, language) == expected

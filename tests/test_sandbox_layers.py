@@ -253,3 +253,32 @@ def test_a_worker_killed_from_outside_is_reported_as_killed(monkeypatch):
             worker.call("SelfAttention", "probe")
     finally:
         worker.stop()
+
+
+@pytest.mark.skipif("namespaces" not in MODES, reason="only the mount namespace can hide what every user may read")
+def test_with_namespaces_a_worker_sees_only_the_systems_folders_and_its_own(tmp_path):
+    """What other users left readable outside the system's folders (a stale clone with its
+    solutions, a cohort in /srv, a file at the top of /) is out of the worker's view; its own
+    interpreter still runs (the reference scores in full in the same grading)."""
+    name = f"ag-hidden-{os.getpid()}"
+    folder, single = Path("/") / name, Path("/") / f"{name}.txt"
+    folder.mkdir(mode=0o755)
+    try:
+        (folder / "solution.py").write_text("SECRET-IN-FOLDER", encoding="utf-8")
+        single.write_text("SECRET-AT-TOP", encoding="utf-8")
+        for path in (folder / "solution.py", single):
+            path.chmod(0o644)
+        probe = (f"import os\nseen = []\nfor path in ({str(folder / 'solution.py')!r}, {str(single)!r}):\n"
+                 "    try:\n        seen.append(open(path).read())\n    except OSError as exc:\n"
+                 "        seen.append(type(exc).__name__)\n"
+                 f"seen.append(sorted(os.listdir({str(folder)!r})) if os.path.isdir({str(folder)!r}) else 'gone')\n"
+                 "raise RuntimeError(f'seen: {seen}')\n")
+        submission = tmp_path / "attention.py"
+        submission.write_text(probe, encoding="utf-8")
+        command, env = grade_command(submission, tmp_path / "out", BASE_UID + 600, "namespaces")
+        subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+        output = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["output"]
+        assert "seen: ['FileNotFoundError', '', []]" in output, output
+    finally:
+        shutil.rmtree(folder)
+        single.unlink(missing_ok=True)

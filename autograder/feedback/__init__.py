@@ -127,9 +127,15 @@ def catalog(language):
 GIVEN = {"submission": EXERCISE.submission}
 
 
+# Parameters that name something in the student's code or Python's words, shown as they are: a
+# method called split_heads is not the words table's "split_heads" (its output).
+LITERAL = frozenset({"cls", "op", "exc_type", "message"})
+
+
 def _fill(template, params, words):
     values = {**GIVEN, **params}
-    return _FORMATTER.vformat(template, (), _Lenient({k: _value(v, words) for k, v in values.items()}))
+    return _FORMATTER.vformat(template, (), _Lenient({k: v if k in LITERAL else _value(v, words)
+                                                      for k, v in values.items()}))
 
 
 def _value(value, words):

@@ -9,7 +9,9 @@ gets, entering them in its forked child before it drops privileges:
          other process, and when it ends (or the grader dies) the kernel kills all it started
   mount  every file system read-only and nosuid but a private /tmp, /var/tmp, /dev/shm and
          sandbox home/tmp, all on one tmpfs of `scratch_mib`: what it writes is bounded, counted
-         as its memory, and gone with it, whatever world-writable folders the machine has
+         as its memory, and gone with it, whatever world-writable folders the machine has; and
+         of /, only the system's folders (SYSTEM) and the interpreter's: what other users left
+         readable elsewhere (a copy of the project, a cohort, /home) is out of its view
   ipc    System V objects of its own, capped, destroyed with it
   net    no network interface but a loopback that is down
 
@@ -72,6 +74,13 @@ def _become_pid_one():
 
 
 MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # replaced by the scratch space in the worker's view
+# The top-level entries of / that stay in the worker's view: the programs, libraries, configuration
+# and devices Python and torch load from (store trees of Nix, Guix and snap included). Every other
+# one (/root, /home, /work, /srv, /opt, /mnt, /run, a file such as /container_info.json) is hidden
+# behind an empty read-only folder, or /dev/null for a file, apart from the interpreter's folders:
+# a copy of the project, of the solutions or of a cohort readable by every user stays out of reach.
+SYSTEM = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys",
+                    "tmp", "var", "nix", "gnu", "snap"})
 
 
 def _read_only_everywhere():
@@ -102,8 +111,10 @@ def enter(root, uid, scratch_mib, keep=()):
     _become_pid_one()
     _mount(None, "/", flags=MS_REC | MS_PRIVATE)
     _read_only_everywhere()
-    kept = {path: os.open(path, os.O_PATH) for path in dict.fromkeys([root, *keep])
-            if any(path == place or path.startswith(place + "/") for place in MASKED)}
+    wanted = list(dict.fromkeys([root, *keep, *(os.path.realpath(k) for k in keep)]))
+    hidden = _hidden(wanted)
+    kept = {path: os.open(path, os.O_PATH) for path in wanted
+            if any(path == place or path.startswith(place + "/") for place in (*MASKED, *hidden))}
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
            f"size={scratch_mib}m,nr_inodes={SCRATCH_INODES},mode=1777")
@@ -115,12 +126,20 @@ def enter(root, uid, scratch_mib, keep=()):
             os.chown(f"/tmp/.scratch-{index}", uid, uid)
     for index, target in enumerate(list(places)[:2]):
         _mount(f"/tmp/.scratch-{index}", target, flags=MS_BIND)
+    for place, is_folder in hidden.items():
+        if is_folder:
+            _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=256,mode=0755")
+        else:
+            _mount("/dev/null", place, flags=MS_BIND)
     mask = os.umask(0o022)  # the folders on the way to a kept path must stay searchable
     for path, handle in kept.items():
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{handle}", path, flags=MS_BIND | MS_REC)
         os.close(handle)
     os.umask(mask)
+    for place, is_folder in hidden.items():
+        if is_folder:
+            _mount(None, place, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for index, target in list(enumerate(places))[2:]:
         _mount(f"/tmp/.scratch-{index}", target, flags=MS_BIND)
     for name, value in (("shmmni", SYSV_SEGMENTS), ("shmmax", scratch_mib << 20),
@@ -128,6 +147,23 @@ def enter(root, uid, scratch_mib, keep=()):
         with open(f"/proc/sys/kernel/{name}", "w") as handle:
             handle.write(str(value))
     os.chdir(cwd)  # the same folder, now reached through the new mounts
+
+
+def _hidden(wanted):
+    """The top-level entries of / to hide ({path: is a folder}): not SYSTEM, not a symbolic link
+    (/lib -> usr/lib), and not itself one of the `wanted` paths (an interpreter installed as /opt
+    stays whole); the wanted paths under a hidden folder are bound back into it."""
+    found = {}
+    with os.scandir("/") as entries:
+        for entry in entries:
+            path = "/" + entry.name
+            if entry.name in SYSTEM or entry.is_symlink() or path in wanted:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                found[path] = True
+            elif entry.is_file(follow_symlinks=False):
+                found[path] = False
+    return found
 
 
 @functools.lru_cache(maxsize=1)
