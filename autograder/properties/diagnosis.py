@@ -52,7 +52,7 @@ VALUE_CODES = {
     "causality": ("future_leak", "past_ignored"),
     "large_inputs": ("masked_weight_not_zero_large", "not_finite", "rows_do_not_sum_to_one", "future_leak_large",
                      "future_leak_upstream", "large_scores_changed", "large_scores_changed_output"),
-    "fused_equivalence": ("fused_mismatch",),
+    "fused_equivalence": ("fused_mismatch", "fused_only_mismatch"),
     "batch_independence": ("batch_leak",),
     "eval_deterministic": ("eval_not_deterministic", "eval_depends_on_earlier_calls"),
     "train_dropout": ("dropout_not_applied", "dropout_ignores_p", "dropout_not_rescaled", "dropout_wrong_rate",
@@ -111,7 +111,7 @@ def diagnose(module, prop, calls, returned, expected):
     calls: its (args, options) pairs, as sent; returned: each call's outputs as the worker sent
     them (reply.outputs); expected: for each call, the property's list of (reference, rounding
     bound, magnitude of the inputs, what), in the order of the outputs."""
-    example = [Call(module.params, module.kwargs, args, options, outputs, wanted)
+    example = [Call(params_of(module, options), module.kwargs, args, options, outputs, wanted)
                for (args, options), outputs, wanted in zip(calls, returned, expected, strict=True)]
     return _narrowed((module.cls, prop), matching(module.cls, example))
 
@@ -132,10 +132,17 @@ def on_failure(code, exchanges):
         if module.cls != cls or getattr(module, "load_seed", None) is None:
             continue  # a module without the grader's parameters: no alternative can be computed
         for (args, options), reply in zip(calls, replies):
-            wanted = reference_of(cls, module.params, module.kwargs, args, options)
+            params = params_of(module, options)
+            wanted = reference_of(cls, params, module.kwargs, args, options)
             if wanted is not None:
-                example.append(Call(module.params, module.kwargs, args, options, reply.outputs, wanted))
+                example.append(Call(params, module.kwargs, args, options, reply.outputs, wanted))
     return _narrowed(key, matching(cls, example) if example else [])
+
+
+def params_of(module, options):
+    """The parameters a call ran with: the module's, or those its `reload` option loaded first."""
+    reload = options.get("reload")
+    return module.params if reload is None else module.reloading(reload["seed"])[1]
 
 
 def structural(cls, prop, code):

@@ -314,8 +314,15 @@ def test_fused_equivalence(worker, dims):
     module, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
     x = inputs(rng, dims)
     # Against the reference alone: a mistake only in the explicit path is reference_match's.
+    want = expected(module.params, dims, x)
     fused = output(module.run(x, fused=True), dims)
-    expect_close(fused, expected(module.params, dims, x), "fused_mismatch", against="reference")
+    if not np.allclose(fused, want, atol=1e-5, rtol=1e-4, equal_nan=True):
+        # Where the explicit path matches on this input, what both paths share (the qkv split, the
+        # heads, proj) is right: the mistake is in the fused path's own code, whatever catalog
+        # mistake its output also matches (k and q swapped in the sdpa call match a swapped split).
+        explicit = output(module.run(x), dims)
+        code = "fused_only_mismatch" if np.allclose(explicit, want, atol=1e-5, rtol=1e-4, equal_nan=True) else "fused_mismatch"
+        expect_close(fused, want, code, against="reference")
     if worker.sees_cuda(CLS):
         for path in (False, True):
             on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
