@@ -212,7 +212,7 @@ class Worker:
         kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
-        with torch.set_grad_enabled(grad), self._counting(traced, zeroed):
+        with torch.set_grad_enabled(grad), self._tracing(traced, zeroed):
             result = getattr(module, method)(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
@@ -313,7 +313,7 @@ class Worker:
             array = array.astype(np.float32)
         return array
 
-    def _counting(self, counts, zeroed=()):
+    def _tracing(self, counts, zeroed=()):
         """While the call runs, count the calls of each torch.nn.functional function named in
         `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it; those
         named in `zeroed` return zeros of their result's shape instead."""
@@ -327,7 +327,7 @@ class Worker:
             return contextlib.nullcontext()
         zeros_like = self.torch.zeros_like
 
-        class Count(TorchFunctionMode):
+        class Trace(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 result = func(*args, **(kwargs or {}))
                 for function, name in functions:
@@ -338,7 +338,7 @@ class Worker:
                             result = zeros_like(result)
                 return result
 
-        return Count()
+        return Trace()
 
 
 def serve(worker, requests, responses):
