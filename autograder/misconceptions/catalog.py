@@ -254,10 +254,12 @@ CATALOG = (
           {"dropout_in_eval": True}, kind="dropout", probe={"train": False, "p": 0.5},
           seen_in="buggy/mha_dropout_in_eval"),
     entry("mha_no_dropout", MHA,
-          "En train() el dropout no descarta ningún peso: o no aplicas self.dropout a los pesos, o lo creas "
-          "con p=0 en vez de la probabilidad `dropout` que recibe el constructor.",
-          "In train() dropout drops no weight: either you do not apply self.dropout to the weights, or you "
-          "create it with p=0 instead of the `dropout` rate the constructor receives.",
+          "En train() el dropout no descarta ningún peso: o no aplicas self.dropout a los pesos, o su p es 0 "
+          "(lo creas con p=0 en vez de la probabilidad `dropout` que recibe el constructor, o cambias "
+          "self.dropout.p después).",
+          "In train() dropout drops no weight: either you do not apply self.dropout to the weights, or its p "
+          "is 0 (you create it with p=0 instead of the `dropout` rate the constructor receives, or change "
+          "self.dropout.p later).",
           ("train_dropout",), [R(MHA, "forward", "self.dropout(torch.softmax(scores, dim=-1))", "torch.softmax(scores, dim=-1)")],
           {"dropout_at": "none"}, kind="dropout", probe={"train": True, "p": 0.5}, seen_in="buggy/mha_no_dropout"),
     entry("mha_dropout_ignores_p", MHA,
