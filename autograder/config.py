@@ -122,8 +122,16 @@ def load(path=DEFAULT_PATH, language=None):
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    return parse(text, path, language)
+
+
+def parse(text, path, language=None):
+    """Validate the text of a grading.yml; `path` names it in errors (a batch's slots get only the text)."""
+    try:
         data = yaml_reader.safe_load(text) or {}
-    except (OSError, yaml_reader.Error) as exc:
+    except yaml_reader.Error as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")

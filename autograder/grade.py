@@ -100,6 +100,11 @@ def collect_outcomes(path, config, slot=0, private=(), worker_class=Worker):
     except submission.SubmissionUnreadable as exc:
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
         return Collected(outcomes, 0.0, [])
+    return collect_loaded(loaded, config, slot, private, worker_class)
+
+
+def collect_loaded(loaded, config, slot=0, private=(), worker_class=Worker):
+    """Collected for a submission already read (a batch's slot gets its text, not a file)."""
     chosen = loaded.filename if loaded.among > 1 else None  # named where another file could have been meant
     uid = worker_uid(slot)
     if uid is not None:

@@ -189,7 +189,11 @@ def main():
     parser.add_argument("--submission", default=str(ROOT / "solutions" / "attention.py"))
     parser.add_argument("--box", action="store_true", help="in a 0.5-CPU, 768 MiB cgroup, like Gradescope's container")
     args = parser.parse_args()
-    out = tempfile.mkdtemp(prefix="bench-grade-")
+    with tempfile.TemporaryDirectory(prefix="bench-grade-") as out:
+        bench(args, out)
+
+
+def bench(args, out):
     torch_cmd = [sys.executable, "-c", "import torch"]
     grade_cmd = [sys.executable, "-m", "autograder", "grade", args.submission, "--out", out]
     # The grader's bytecode, as setup.sh leaves it in Gradescope's image (and a first run leaves

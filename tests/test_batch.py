@@ -13,7 +13,7 @@ import pytest
 from autograder import config as grading_config
 from autograder import submission
 from autograder.cohort import batch
-from autograder.cohort.executor import RECYCLE_GROWTH_MIB, LocalExecutor, Slot
+from autograder.cohort.executor import RECYCLE_GROWTH_MIB, LocalExecutor, Slot, Task
 from autograder.cohort.store import Store
 from autograder.grade import collect_outcomes
 
@@ -157,3 +157,16 @@ def test_a_slot_is_replaced_after_its_count_or_once_it_has_grown():
     assert slot.worn_out(recycle=10)
     slot.rss, slot.done = slot.baseline_rss, 10
     assert slot.worn_out(recycle=10)
+
+
+def test_a_killed_slot_leaves_no_copy_of_the_code_it_graded(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # where the slots, their zygotes and workers would write
+    marker = "# marker-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()
+    executor = local(jobs=1)()
+    [(task, result)] = list(executor.run([Task("a.py", SOLUTION + marker + "\n")]))
+    assert task.key == "a.py" and len(result.outcomes) == len(CONFIG.properties)
+    executor.close(cancel=True)  # an interrupted batch kills its slots
+    left = [path for path in scratch.rglob("*") if path.is_file() and marker.encode() in path.read_bytes()]
+    assert left == []

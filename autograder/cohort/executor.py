@@ -24,7 +24,6 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, as_completed
@@ -61,23 +60,24 @@ class GraderFailure(GraderBug):
 
 # ---- the slot process ----------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)  # a batch sends the same grading.yml with every task
-def _config(config_text, scratch):
+def _config(config_text):
     from .. import config as grading_config
 
-    grading_file = scratch / "grading.yml"
-    grading_file.write_text(config_text, encoding="utf-8")
-    return grading_config.load(grading_file)
+    return grading_config.parse(config_text, "grading.yml")
 
 
-def _grade_in_slot(slot, task, config_text, worker_class, scratch):
-    """Grade one task inside a slot process; returns a JSON-ready reply."""
-    from ..grade import collect_outcomes
+def _grade_in_slot(slot, task, config_text, worker_class):
+    """Grade one task inside a slot process; returns a JSON-ready reply.
 
-    config = _config(config_text, scratch)
-    submission_file = scratch / EXERCISE.submission
-    submission_file.write_text(task["source"], encoding="utf-8")
+    The student's code stays in memory: nothing is written to disk, so a slot killed mid-batch
+    (an interrupted batch, a Dask worker shut down) leaves no copy of anyone's code behind.
+    """
+    from ..grade import collect_loaded
+    from ..submission import Submission
+
     started = time.monotonic()
-    collected = collect_outcomes(submission_file, config, slot, worker_class=worker_class)
+    collected = collect_loaded(Submission(task["source"], EXERCISE.submission), _config(config_text), slot,
+                               worker_class=worker_class)
     return {"outcomes": [o.as_dict() for o in collected.outcomes],
             "peak_rss_mib": round(collected.peak_rss_mib, 1), "seconds": round(time.monotonic() - started, 3)}
 
@@ -94,15 +94,14 @@ def slot_main(slot, request_fd, reply_fd, parent):
     requests = os.fdopen(request_fd, "r", encoding="utf-8")
     replies = os.fdopen(reply_fd, "w", encoding="utf-8")
     try:
-        with tempfile.TemporaryDirectory(prefix="autograder-slot-") as scratch:
-            for line in requests:
-                request = json.loads(line)
-                try:
-                    reply = {"ok": _grade_in_slot(slot, request["task"], request["config"], workers, Path(scratch))}
-                except Exception as exc:  # a grading-machine problem, reported to the batch as such
-                    reply = {"failure": f"{type(exc).__name__}: {exc}"}
-                replies.write(json.dumps(reply) + "\n")
-                replies.flush()
+        for line in requests:
+            request = json.loads(line)
+            try:
+                reply = {"ok": _grade_in_slot(slot, request["task"], request["config"], workers)}
+            except Exception as exc:  # a grading-machine problem, reported to the batch as such
+                reply = {"failure": f"{type(exc).__name__}: {exc}"}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
     finally:
         zygote.close()
 
