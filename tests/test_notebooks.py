@@ -455,7 +455,7 @@ def test_a_name_error_at_import_says_what_of_a_notebook_runs(language, rule):
     found = outcome("submission.import_error", message="name 'text' is not defined", exc_type="NameError",
                     line=3, cell=2)
     text = feedback.headline(found, language)
-    assert "(NameError): name 'text' is not defined." in text and rule in text and " 2" in text
+    assert "«text»" in text and "name 'text'" not in text and rule in text and " 2" in text
     found.params.pop("cell")
     assert rule not in feedback.headline(found, language)
 

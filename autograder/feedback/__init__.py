@@ -27,6 +27,7 @@ from ..exercise import EXERCISE
 CATALOG_DIR = Path(__file__).resolve().parent  # the engine's catalogs
 _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds a line of the module, not of the cell
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
+_NOT_DEFINED = re.compile(r"name '([^']+)' is not defined")  # Python's English, reworded by the catalog
 
 
 class _Missing(str):
@@ -381,11 +382,12 @@ def _template(outcome, failures):
         code, message = outcome.code, params.get("message")
         if isinstance(message, str):
             params["message"] = _MODULE_LINE.sub("", message)
-            missing = _NO_MODULE.search(message)
+            missing, undefined = _NO_MODULE.search(message), _NOT_DEFINED.search(message)
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
-            elif code == "submission.import_error" and params.get("exc_type") == "NameError":
-                code = "submission.name_error"  # most often a name the notebook binds in code not kept
+            elif code == "submission.import_error" and params.get("exc_type") == "NameError" and undefined:
+                # most often a name the notebook binds in code not kept
+                code, params["name"] = "submission.name_error", undefined.group(1)
         template = failures.get(f"{code}.in_cell")
         if template:
             return template, params
