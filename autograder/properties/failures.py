@@ -97,10 +97,20 @@ def as_array(value, shape, what):
     return value.astype(np.float64)
 
 
+def _far(actual, expected, atol, rtol):
+    """Where two arrays differ beyond the tolerance (NaN only matches NaN)."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def close(actual, expected, atol=1e-5, rtol=1e-4):
+    """Whether expect_close would pass: to choose which failure to report before reporting it."""
+    return not _far(actual, expected, atol, rtol).any()
+
+
 def expect_close(actual, expected, code, atol=1e-5, rtol=1e-4, **params):
     """Fail with the worst entry when two arrays differ beyond the tolerance."""
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)  # NaN only matches NaN
+    bad = _far(actual, expected, atol, rtol)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         raise PropertyFailure(

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, example, expect_close, require
+from .failures import PropertyFailure, close, example, expect_close, require
 from .harness import INPUT_SCALES, Remote, gaussian, graded, one_row, runs_until_failure
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 
@@ -316,12 +316,12 @@ def test_fused_equivalence(worker, dims):
     # Against the reference alone: a mistake only in the explicit path is reference_match's.
     want = expected(module.params, dims, x)
     fused = output(module.run(x, fused=True), dims)
-    if not np.allclose(fused, want, atol=1e-5, rtol=1e-4, equal_nan=True):
+    if not close(fused, want):
         # Where the explicit path matches on this input, what both paths share (the qkv split, the
         # heads, proj) is right: the mistake is in the fused path's own code, whatever catalog
         # mistake its output also matches (k and q swapped in the sdpa call match a swapped split).
         explicit = output(module.run(x), dims)
-        code = "fused_only_mismatch" if np.allclose(explicit, want, atol=1e-5, rtol=1e-4, equal_nan=True) else "fused_mismatch"
+        code = "fused_only_mismatch" if close(explicit, want) else "fused_mismatch"
         expect_close(fused, want, code, against="reference")
     if worker.sees_cuda(CLS):
         for path in (False, True):
