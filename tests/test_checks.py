@@ -90,29 +90,43 @@ def test_keys_scaled_move_attention_and_nothing_else(projections):
     def attend(keys):
         return reference.attention(q, keys, v)
 
-    (out, weights), (out_scaled, weights_scaled) = attend(k), attend(checks.KEY_FACTOR * k)
-    checks.responds_to_keys(as_float32(weights), as_float32(weights_scaled), weights, weights_scaled, "weights", "W_K")
+    (out, weights), (out_scaled, weights_scaled) = attend(k), attend(checks.SCALE_FACTOR * k)
+    checks.responds_to("keys", as_float32(weights), as_float32(weights_scaled), weights, weights_scaled, "weights", "W_K")
     # A wrong scale (no 1/sqrt(d_k)) still attends.
-    checks.responds_to_keys(*(reference.softmax(reference.unscaled_scores(q, keys)) for keys in (k, 3 * k)),
-                            weights, weights_scaled, "weights", "W_K")
+    checks.responds_to("keys", *(reference.softmax(reference.unscaled_scores(q, keys)) for keys in (k, 3 * k)),
+                       weights, weights_scaled, "weights", "W_K")
     uniform = np.full(weights.shape, 1 / weights.shape[-1])
     with pytest.raises(PropertyFailure) as failed:
-        checks.responds_to_keys(uniform, uniform + 1e-30, weights, weights_scaled, "weights", "W_K")
+        checks.responds_to("keys", uniform, uniform + 1e-30, weights, weights_scaled, "weights", "W_K")
     assert failed.value.code == "keys_ignored" and failed.value.params["change"] == 0.0
     # NaN where it was NaN is no change; NaN that appears is one.
     stuck = np.where(np.arange(out.shape[-1]) == 0, np.nan, out)
     with pytest.raises(PropertyFailure):
-        checks.responds_to_keys(stuck, stuck.copy(), out, out_scaled, "output", "W_K")
-    checks.responds_to_keys(out, np.full(out.shape, np.nan), out, out_scaled, "output", "W_K")
+        checks.responds_to("keys", stuck, stuck.copy(), out, out_scaled, "output", "W_K")
+    checks.responds_to("keys", out, np.full(out.shape, np.nan), out, out_scaled, "output", "W_K")
     # An example where the reference barely moves cannot tell, and judges nothing.
-    checks.responds_to_keys(uniform, uniform, weights, weights + 1e-3, "weights", "W_K")
+    checks.responds_to("keys", uniform, uniform, weights, weights + 1e-3, "weights", "W_K")
+
+
+def test_weights_from_the_keys_alone_move_with_the_keys_but_not_with_the_queries(projections):
+    _, q, k, _ = projections
+
+    def key_only(keys):  # a score per key, the same for every query: not attention
+        return reference.softmax(np.broadcast_to(keys.sum(-1)[..., None, :], q.shape[:-1] + keys.shape[-2:-1]))
+
+    expected = [reference.attention(queries, keys, keys)[1] for queries, keys in ((q, k), (q, 3 * k), (3 * q, k))]
+    checks.responds_to("keys", key_only(k), key_only(3 * k), expected[0], expected[1], "weights", "W_K")
+    with pytest.raises(PropertyFailure) as failed:
+        checks.responds_to("queries", key_only(k), key_only(k), expected[0], expected[2], "weights", "W_Q")
+    assert failed.value.code == "queries_ignored"
+    checks.responds_to("queries", expected[0], expected[2], expected[0], expected[2], "weights", "W_Q")
 
 
 def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
     shapes = {"qkv.weight": (12, 4), "qkv.bias": (12,), "proj.weight": (4, 4), "proj.bias": (4,)}
     layers = ("qkv", "proj")
     plain = parameters.draw(np.random.default_rng([5, 1]), shapes, layers)
-    scaled = parameters.draw(np.random.default_rng([5, 1]), shapes, layers, checks.key_scale("qkv", [4, 8]))
+    scaled = parameters.draw(np.random.default_rng([5, 1]), shapes, layers, checks.layer_scale("qkv", [4, 8]))
     for name in ("qkv.weight", "qkv.bias"):
         np.testing.assert_array_equal(scaled[name][4:8], plain[name][4:8] * np.float32(3))
         rest = np.s_[4:8]
@@ -121,7 +135,7 @@ def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
     for name in ("proj.weight", "proj.bias"):
         np.testing.assert_array_equal(scaled[name], plain[name])
     # Rows past a layer's end (a module with the wrong shape) are simply not there to scale.
-    short = parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 4)}, layers, checks.key_scale("qkv", [4, 8]))
+    short = parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 4)}, layers, checks.layer_scale("qkv", [4, 8]))
     assert short["qkv.weight"].shape == (6, 4)
 
 
@@ -148,9 +162,9 @@ def test_the_worker_applies_the_key_scale_without_builtins_a_submission_may_repl
     import builtins
 
     shapes, layers = {"qkv.weight": (6, 2)}, ["qkv"]
-    honest = parameters.draw(np.random.default_rng(0), shapes, layers, checks.key_scale("qkv", [2, 4]))
+    honest = parameters.draw(np.random.default_rng(0), shapes, layers, checks.layer_scale("qkv", [2, 4]))
     monkeypatch.setattr(builtins, "abs", lambda value: 0)
-    patched = parameters.draw(np.random.default_rng(0), shapes, layers, checks.key_scale("qkv", [2, 4]))
+    patched = parameters.draw(np.random.default_rng(0), shapes, layers, checks.layer_scale("qkv", [2, 4]))
     assert np.array_equal(patched["qkv.weight"], honest["qkv.weight"])
 
 
@@ -175,3 +189,14 @@ def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
     assert failed.value.example == {"B": 2, "T": 3, "call": described}
     failures.example(B=1)  # a new example starts with no call
     assert failures.current_example() == {"B": 1}
+
+
+@pytest.mark.parametrize("weights", ["zeros", "nan", "one_hot"])
+def test_weights_with_nothing_to_fit_are_not_a_right_scale(projections, weights):
+    """Zero, NaN or one-hot rows leave no two positive weights to compare: no softmax gives such
+    rows, so no scale is measured and none passes."""
+    _, q, k, d_k = projections
+    scores = reference.unscaled_scores(q, k)
+    chosen = {"zeros": np.zeros(scores.shape), "nan": np.full(scores.shape, np.nan),
+              "one_hot": (scores == scores.max(-1, keepdims=True)).astype(np.float64)}[weights]
+    assert failure_code(as_float32(chosen), scores, d_k)[0] == "scale_unmeasurable"

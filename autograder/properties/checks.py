@@ -92,17 +92,19 @@ def scale_is(weights, scores, d_k):
     product, the softmax's axis): reported as that, not as a measured value that means nothing."""
     expected = 1.0 / np.sqrt(d_k)
     fit = fitted_scale(weights, scores)
-    if fit is None:
-        return
+    if fit is None:  # no two positive weights in any row (zeros, NaN, one-hot rows): softmax gives none such
+        raise PropertyFailure("scale_unmeasurable", d_k=d_k, residual=None)
     measured, residual = fit
     require(residual <= FIT_RESIDUAL, "scale_unmeasurable", d_k=d_k, residual=round(residual, 3))
     require(abs(measured - expected) <= 1e-3 * expected, "wrong_scale",
             measured=round(measured, 5), expected=round(expected, 5), d_k=d_k)
 
 
-# The `attends` property: multiplying the keys (W_K's output) by KEY_FACTOR multiplies every score
-# by it, which moves every softmax row with two or more allowed positions.
-KEY_FACTOR = 3.0
+# The `attends` property: multiplying the keys (W_K's output), or the queries, by SCALE_FACTOR
+# multiplies every score by it, which moves every softmax row with two or more allowed positions.
+# Both, because weights from the keys alone (softmax of a score per key, the same for every query)
+# move with the keys but are not attention.
+SCALE_FACTOR = 3.0
 # An example can tell when the reference itself moves by ATTENDS_VISIBLE or more; the module must
 # then move by at least ATTENDS_FRACTION of what the reference moves. Every honest mistake of the
 # corpus (a wrong scale, a flipped mask, softmax over the queries...) moves by far more; a module that computes
@@ -111,14 +113,15 @@ ATTENDS_VISIBLE = 1e-2
 ATTENDS_FRACTION = 1e-2
 
 
-def key_scale(layer, rows=None):
-    """The load option (parameters.draw's scale) that multiplies the keys by KEY_FACTOR."""
-    return {"layer": layer, "rows": rows, "factor": KEY_FACTOR}
+def layer_scale(layer, rows=None):
+    """The load option (parameters.draw's scale) that multiplies `layer`'s output (its `rows`) by SCALE_FACTOR."""
+    return {"layer": layer, "rows": rows, "factor": SCALE_FACTOR}
 
 
-def responds_to_keys(before, after, expected_before, expected_after, what, layer):
-    """`before` and `after` are what the module returned with its keys as drawn and multiplied by
-    KEY_FACTOR (layer: where the keys come from), the expected_* the reference's for the same."""
+def responds_to(role, before, after, expected_before, expected_after, what, layer):
+    """`before` and `after` are what the module returned with its `role` ("keys" or "queries") as
+    drawn and multiplied by SCALE_FACTOR (layer: where they come from), the expected_* the
+    reference's for the same."""
     expected = float(np.abs(expected_after - expected_before).max())
     if expected < ATTENDS_VISIBLE:
         return  # this example cannot tell (scores nearly equal along every row); others can
@@ -126,8 +129,8 @@ def responds_to_keys(before, after, expected_before, expected_after, what, layer
         moved = np.abs(after - before)
     moved[(after == before) | (np.isnan(after) & np.isnan(before))] = 0.0  # NaN only where it was NaN
     change = float(np.nan_to_num(moved, nan=np.inf).max())
-    require(change >= ATTENDS_FRACTION * expected, "keys_ignored", what=what, layer=layer,
-            factor=KEY_FACTOR, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
+    require(change >= ATTENDS_FRACTION * expected, f"{role}_ignored", what=what, layer=layer,
+            factor=SCALE_FACTOR, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
 
 
 def batch_independent(run, inputs, rng, outputs_shape_checker):

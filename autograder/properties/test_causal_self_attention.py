@@ -366,12 +366,14 @@ def test_device(worker, dims, fused):
 @given(dims=causal_dims(min_time=3))
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the
-    K rows of qkv scaled by checks.KEY_FACTOR) must return another output. T >= 3: then even a
-    flipped mask leaves a row with two positions to weigh."""
+    K rows of qkv scaled by checks.SCALE_FACTOR), or its queries (the Q rows), must return another
+    output. T >= 3: then even a flipped mask leaves a row with two positions to weigh."""
     C = dims["n_embd"]
+    scalings = (("keys", "qkv", [C, 2 * C]), ("queries", "qkv", [0, C]))
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)
-               for scale in (None, checks.key_scale("qkv", [C, 2 * C]))]
+               for scale in (None, *(checks.layer_scale(layer, rows) for _, layer, rows in scalings))]
     x = inputs(rng_for(dims), dims)
     got = [output(module.run(x), dims) for module in modules]
     want = [expected(module.params, dims, x) for module in modules]
-    checks.responds_to_keys(*got, *want, "output", "qkv[C:2C]")
+    for i, (role, layer, (start, stop)) in enumerate(scalings, 1):
+        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}[{start}:{stop}]")
