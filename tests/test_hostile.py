@@ -85,11 +85,11 @@ AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
 # so the import fails with this code); left behind in neither.
 CLEANUP_STRESS = {"sa_deep_tree": "submission.import_disk", "shm_many_names": "submission.import_memory"}
 # Forged replies: refused as the submission's protocol failures, never the grader's error.
-FORGED = {"forged_replies"}
+FORGED = {"forged_replies", "forged_input_grads"}
 # Memory outside any process (/dev/shm, System V): counted, or bounded by the scratch space.
 OUTSIDE_PROCESSES = {"sa_shm_hog"}
 # sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
-AS_NO_SCALING = {"sa_monkeypatch", "sa_fake_results", "sa_read_solution", "sa_lying_tensor_unchecked"}
+AS_NO_SCALING = {"sa_monkeypatch", "sa_fake_results", "sa_read_solution", "sa_lying_tensor_unchecked", "sa_hidden_members"}
 
 # Runs in a fresh interpreter: grade one file, then report outcomes and what is still running.
 # Leftovers are looked for while each worker's uid is still leased (so no other grader can be
@@ -377,8 +377,9 @@ def test_what_defeats_a_single_remover_is_contained(graded, name):
         assert {o.code for o in report["outcomes"]} == {CLEANUP_STRESS[name]}
 
 
-def test_forged_replies_are_the_submissions_protocol_failures(graded):
-    failed = {o.code for o in graded["forged_replies"]["outcomes"] if o.status != "passed"}
+@pytest.mark.parametrize("name", sorted(FORGED))
+def test_forged_replies_are_the_submissions_protocol_failures(graded, name):
+    failed = {o.code for o in graded[name]["outcomes"] if o.status != "passed"}
     assert failed == {"submission.protocol"}
 
 

@@ -188,3 +188,55 @@ def test_a_submission_sees_the_same_descriptors_and_argv_cold_and_forked():
         zygote.close()
     # 0-2, the pipes at 3 and 4, and the descriptor listdir itself holds open
     assert cold == forked == "fds: [0, 1, 2, 3, 4, 5] argv: ['attention.py']", (cold, forked)
+
+
+MEMBERS = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import child
+import torch
+import torch.nn as nn
+
+
+class Honest(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 4)
+        self.inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2, bias=False))
+        self.tied = self.inner[0]  # the same layer under a second name
+        self.register_buffer("kept", torch.ones(2))
+        self.register_buffer("mask", torch.ones(2, 2, dtype=torch.bool), persistent=False)
+
+
+class Lying(Honest):
+    def named_parameters(self, *args, **kwargs):
+        return iter([("a.weight", self.a.weight)])
+
+    def named_modules(self, *args, **kwargs):
+        return iter([("", self)])
+
+    def named_buffers(self, *args, **kwargs):
+        return iter([])
+
+    def state_dict(self, *args, **kwargs):
+        return {{}}
+
+
+honest = Honest()
+params, buffers, transient, modules = child.members(honest)
+print("params", list(params) == [n for n, _ in honest.named_parameters()])
+print("buffers", list(buffers) == [n for n, _ in honest.named_buffers()])
+print("modules", list(modules) == [n for n, _ in honest.named_modules()])
+print("persistent", sorted({{*params, *buffers}} - transient) == sorted(set(honest.state_dict()) - {{"tied.weight", "tied.bias"}}))
+print("lying", [list(part) for part in child.members(Lying())[:2]] == [list(params), list(buffers)])
+"""
+
+
+def test_the_worker_reads_a_modules_members_as_nn_module_keeps_them(tmp_path):
+    """Names and order as nn.Module's own methods give them; a submission overriding those methods
+    (to hide a parameter without a gradient, say) hides nothing from the worker."""
+    script = tmp_path / "members.py"
+    script.write_text(MEMBERS.format(child_dir=str(CHILD_DIR)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["params", "True", "buffers", "True", "modules", "True", "persistent", "True",
+                                      "lying", "True"], printed.stderr

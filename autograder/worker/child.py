@@ -52,6 +52,41 @@ def config_object(config, kwargs, module):
 _config_classes = {}
 
 
+def members(module):
+    """(parameters, buffers, non-persistent buffer names, submodules) of `module` and everything
+    under it, each {dotted name: object}, in the order and with the names nn.Module's own
+    named_parameters, named_buffers and named_modules give (pre-order, a shared object under its
+    first name). Read from the dictionaries nn.Module keeps them in, not through those methods: a
+    submission that overrides named_parameters (say, to hide a parameter without a gradient)
+    changes what its code sees, not what the grader reads."""
+    params, buffers, transient, modules = {}, {}, set(), {}
+    seen = set()
+
+    def visit(prefix, current):
+        if id(current) in seen:
+            return
+        seen.add(id(current))
+        modules[prefix] = current
+        own = object.__getattribute__(current, "__dict__")
+        dotted = prefix + "." if prefix else ""
+        for name, value in own.get("_parameters", {}).items():
+            if value is not None and id(value) not in seen:
+                seen.add(id(value))
+                params[dotted + name] = value
+        for name, value in own.get("_buffers", {}).items():
+            if value is not None and id(value) not in seen:
+                seen.add(id(value))
+                buffers[dotted + name] = value
+                if name in own.get("_non_persistent_buffers_set", ()):
+                    transient.add(dotted + name)
+        for name, child in own.get("_modules", {}).items():
+            if child is not None:
+                visit(dotted + name, child)
+
+    visit("", module)
+    return params, buffers, transient, modules
+
+
 class StudentError(Exception):
     """Raised by the student's code or by a contract violation found while serving a request."""
 
@@ -138,7 +173,7 @@ class Worker:
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
         layers, in place, as an optimizer step changes them; with load None, none. Returns every
         parameter's shape."""
-        own = dict(module.named_parameters())
+        own = members(module)[0]
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
@@ -151,7 +186,8 @@ class Worker:
         """What only some checks read: buffers (with their values), the state_dict's keys, and
         which nn.Linear layers have a bias."""
         module = self.instances[handle]
-        persistent = set(module.state_dict().keys())
+        params, named_buffers, transient, modules = members(module)
+        persistent = {*params, *(name for name in named_buffers if name not in transient)}
         buffers = {
             name: {
                 "shape": list(b.shape),
@@ -159,11 +195,11 @@ class Worker:
                 "persistent": name in persistent,
                 "values": self._to_numpy(b) if b.numel() <= 1 << 16 else None,
             }
-            for name, b in module.named_buffers()
+            for name, b in named_buffers.items()
         }
         linear_bias = {
             name: sub.bias is not None
-            for name, sub in module.named_modules()
+            for name, sub in modules.items()
             if isinstance(sub, self.torch.nn.Linear)
         }
         return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
@@ -192,12 +228,14 @@ class Worker:
             torch.backends.cudnn.allow_tf32 = False
         if device != "cpu":
             module = copy.deepcopy(module).to(device)
-        if any(sub.training != train for sub in module.modules()):
+        params, _, _, submodules = members(module)
+        if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
             # a sixth of what a call on a small module costs, to set flags already set.
             module.train(train)
         if grad:
-            module.zero_grad(set_to_none=True)
+            for p in params.values():
+                p.grad = None
         sent = {**{str(i): a for i, a in enumerate(args)}, **(kwargs or {})}
         sent_copies = {name: value.copy() for name, value in sent.items() if isinstance(value, np.ndarray)}
         given = {name: self._input(value, device, noncontiguous) for name, value in sent.items()}
@@ -225,7 +263,7 @@ class Worker:
             self._backward(outputs[0], seed, upstream)
             reply["grads"] = {
                 name: None if p.grad is None else self._to_numpy(p.grad)
-                for name, p in module.named_parameters()
+                for name, p in params.items()
             }
             if leaves:
                 reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)

@@ -150,7 +150,7 @@ class Worker:
                 exc_types=_names(error.get("types")),
             )
         try:
-            protocol.check(op, reply.get("ok"))
+            protocol.check(op, reply.get("ok"), args)
         except protocol.MalformedReply:
             raise SubmissionError("protocol", f"malformed {op} reply", cls=cls, op=label) from None
         return reply["ok"]

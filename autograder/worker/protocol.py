@@ -54,37 +54,50 @@ def _output(value):
                                               and _is_shape(value["meta_shape"]))
 
 
-def _ready(reply):
+def _ready(reply, request):
     _require(isinstance(reply.get("classes"), list) and all(isinstance(c, str) for c in reply["classes"]))
 
 
-def _build(reply):
+def _build(reply, request):
     _names(reply.get("params"), _is_shape)
 
 
-def _describe(reply):
+def _describe(reply, request):
     _names(reply.get("buffers"), _buffer)
     _require(isinstance(reply.get("state_dict"), list) and all(isinstance(k, str) for k in reply["state_dict"]))
     _names(reply.get("linear_bias"), lambda v: type(v) is bool)
 
 
-def _call(reply):
+def _call(reply, request):
     _require(isinstance(reply.get("outputs"), list) and all(_output(o) for o in reply["outputs"]))
     _names(reply.get("traced"), lambda v: type(v) is int and v >= 0)
     if "grads" in reply:
         _names(reply["grads"], _array_or_none)
     if "input_grads" in reply:
         _names(reply["input_grads"], _array_or_none)
+        for name, grad in reply["input_grads"].items():  # the gradient of an input has its shape
+            _require(name in request.get("input_grads", ()) and (grad is None or grad.shape == _input_shape(request, name)))
     if "modified" in reply:
         _require(isinstance(reply["modified"], list) and len(reply["modified"]) <= MAX_DIMENSIONS
                  and all(isinstance(name, str) and len(name) <= 100 for name in reply["modified"]))
 
 
-CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": lambda r: _require(
-    type(r.get("cuda")) is bool)}
+def _input_shape(request, name):
+    """The shape of the call's input `name` ("0", "1"... for positional ones), None if it has none."""
+    args, kwargs = request.get("args", []), request.get("kwargs", {})
+    value = args[int(name)] if name.isdigit() and int(name) < len(args) else kwargs.get(name)
+    return value.shape if isinstance(value, np.ndarray) else None
 
 
-def check(op, reply):
-    """Raise MalformedReply unless `reply` (the "ok" part) fits operation `op`."""
+def _probe(reply, request):
+    _require(type(reply.get("cuda")) is bool)
+
+
+CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": _probe}
+
+
+def check(op, reply, request=None):
+    """Raise MalformedReply unless `reply` (the "ok" part) fits operation `op` and the arguments of
+    its `request` (a call's input_grads, say)."""
     _require(isinstance(reply, dict))
-    CHECKS[op](reply)
+    CHECKS[op](reply, request or {})
