@@ -149,3 +149,13 @@ def test_a_hand_written_softmax_backward_gives_other_gradients():
     sa.zero_grad()
     attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0].sum().backward()
     assert (got - sa.W_Q.weight.grad).abs().max() > 0.1
+
+
+def test_a_linear_declared_the_other_way_round_has_other_shapes_and_other_values():
+    """The statement's nn.Linear(d_model, d_k) stores a (d_k, d_model) weight; with d_k = d_model,
+    where the shapes agree, x @ weight is the transposed map, not the layer's."""
+    module = load("sa_linear_declared_transposed")
+    assert tuple(module.SelfAttention(8, 4).W_Q.weight.shape) == (8, 4)
+    sa = module.SelfAttention(4).double().eval()
+    x = torch.randn(2, 5, 4)
+    assert (sa(x)[0] - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]).abs().max() > 0.1

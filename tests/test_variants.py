@@ -84,7 +84,7 @@ def test_buggy_variant_loses_the_property_of_its_mistake(graded_run, name):
     assert collateral == [], f"{name} lost points in other classes: {collateral}"
 
 
-@pytest.mark.parametrize("name", BUGGY)
+@pytest.mark.parametrize("name", [name for name in BUGGY if not MANIFEST["buggy"][name].get("loads_nothing")])
 def test_buggy_variant_attends(graded_run, name):
     """A single honest mistake (a wrong scale, a flipped mask, qkv split in the wrong order...) still
     computes attention."""

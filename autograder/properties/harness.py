@@ -71,8 +71,9 @@ class Remote:
     last reply read.
     """
 
-    def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, **kwargs):
+    def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, **kwargs):
         self.worker, self.cls = worker, cls
+        self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
         self.handle = str(next(_handles))
         self.layers = CONTRACT_LAYERS[cls]
@@ -137,8 +138,18 @@ class Remote:
             if missing:
                 raise PropertyFailure("missing_parameters", names=missing, found=sorted(shapes))
             self._missing_layers = [layer for layer in self.layers if f"{layer}.weight" not in shapes]
+            self._check_layer_shapes(shapes)
             chosen = parameters.draw(np.random.default_rng(self.load_seed), shapes, self.layers, self.load_scale)
             self._params = {k: v.astype(np.float64) for k, v in chosen.items()}
+
+    def _check_layer_shapes(self, shapes):
+        """The grader's reference multiplies by the contract layers' parameters: of another shape
+        (an nn.Linear declared the other way round, say), they fit no reference, and loading them
+        is the first thing that fails."""
+        for layer, weight in self.layer_shapes.items():
+            for name, expected in ((f"{layer}.weight", tuple(weight)), (f"{layer}.bias", tuple(weight[:1]))):
+                if name in shapes and shapes[name] != expected:
+                    raise PropertyFailure("layer_shape", name=name, expected=list(expected), got=list(shapes[name]))
 
     @property
     def param_shapes(self):

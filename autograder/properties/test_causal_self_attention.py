@@ -14,8 +14,9 @@ CLS = "CausalSelfAttention"
 def build(worker, dims, dropout=0.0, load_seed=None, **load):
     """load: Remote's other load options (load_scale, required)."""
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, load_seed, **load, n_embd=dims["n_embd"], n_head=dims["n_head"],
-                  block_size=dims["block_size"], dropout=dropout)
+    C = dims["n_embd"]
+    return Remote(worker, CLS, load_seed, **load, layer_shapes={"qkv": (3 * C, C), "proj": (C, C)},
+                  n_embd=C, n_head=dims["n_head"], block_size=dims["block_size"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""

@@ -17,7 +17,9 @@ CLS = "MultiHeadAttention"
 def build(worker, dims, dropout=0.0, load_seed=None, **load):
     """load: Remote's other load options (load_scale, required)."""
     example(**dims, dropout=dropout)
-    return Remote(worker, CLS, load_seed, **load, d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
+    square = (dims["d_model"], dims["d_model"])
+    return Remote(worker, CLS, load_seed, **load, layer_shapes=dict.fromkeys(("W_Q", "W_K", "W_V", "W_O"), square),
+                  d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
 
 def loaded(worker, dims, dropout=0.0):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""

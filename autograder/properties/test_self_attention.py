@@ -17,7 +17,8 @@ def build(worker, dims, load_seed=None, **load):
     kwargs = {"d_model": dims["d_model"]}
     if dims["d_k"] is not None:
         kwargs["d_k"] = dims["d_k"]
-    return Remote(worker, CLS, load_seed, **load, **kwargs)
+    shape = (d_k_of(dims), dims["d_model"])
+    return Remote(worker, CLS, load_seed, **load, layer_shapes={"W_Q": shape, "W_K": shape, "W_V": shape}, **kwargs)
 
 def loaded(worker, dims):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""
