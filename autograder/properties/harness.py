@@ -208,22 +208,22 @@ class Remote:
 
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
-          device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, zeroed=(), **kwargs):
+          device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(), **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
     upstream (with grad): the gradient of output 0 to run backward from (float32, output 0's
     shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
     gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
-    `traced`) whose calls the reply counts; zeroed: those that return zeros instead of their
+    `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one position along the sequence instead of their
     result; reload: Remote.reloading's option."""
-    unknown = (set(trace) | set(zeroed)) - set(EXERCISE.traced)
+    unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
-            "reload": reload, "zeroed": list(zeroed)}
+            "reload": reload, "rolled": list(rolled)}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
@@ -234,7 +234,7 @@ ARGUMENT_NAMES = {
     ("MultiHeadAttention", "split_heads"): ("x", "batch_size"),
 }
 # Switches of a call that are the grader's instruments, not something the submission was asked.
-INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "zeroed")
+INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
 # Switches whose value only the grader reads: the example says that they were set, not to what.

@@ -331,18 +331,20 @@ def test_fused_equivalence(worker, dims):
 
 
 @graded(CLS, "fused_calls_sdpa")
-@given(dims=causal_dims())
+@given(dims=causal_dims(min_time=2))
 def test_fused_calls_sdpa(worker, dims):
     """The fused path calls scaled_dot_product_attention and its output comes from what that
-    returns: the same call with sdpa's result replaced by zeros must give another output (a path
-    that computes the explicit version and calls sdpa only to discard the result does not)."""
+    returns: the same call with sdpa's result rolled by one position (each query gets another's
+    attention: no mark that a module could look for, short of computing attention itself) must
+    give another output (a path that computes the explicit version and calls sdpa only to discard
+    the result does not). T >= 2: then rolling changes the result."""
     module = build(worker, dims)
     x = inputs(rng_for(dims), dims)
-    reply, zeroed = module.runs(((x,), {"fused": True, "trace": ["scaled_dot_product_attention"]}),
-                                ((x,), {"fused": True, "zeroed": ["scaled_dot_product_attention"]}))
+    reply, rolled = module.runs(((x,), {"fused": True, "trace": ["scaled_dot_product_attention"]}),
+                                ((x,), {"fused": True, "rolled": ["scaled_dot_product_attention"]}))
     got = output(reply, dims)
     require(reply.traced.get("scaled_dot_product_attention", 0) >= 1, "sdpa_not_called")
-    require(not np.array_equal(got, output(zeroed, dims), equal_nan=True), "sdpa_result_unused")
+    require(not np.array_equal(got, output(rolled, dims), equal_nan=True), "sdpa_result_unused")
 
 
 @graded(CLS, "device")

@@ -206,7 +206,7 @@ class Worker:
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                zeroed=()):
+                rolled=()):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -216,9 +216,9 @@ class Worker:
         method as a copy of a leaf, so that the method may still change it in place). The reply names the
         inputs (a positional one by its index, as a string; a keyword one by its name) that the
         call changed in place: their values, shape or dtype are no longer the ones sent. reload
-        (op_build's load): first give the module new parameter values, in place. zeroed: traced
-        functions (as in trace) whose results the module gets as zeros instead, to see whether its
-        output depends on them."""
+        (op_build's load): first give the module new parameter values, in place. rolled: traced
+        functions (as in trace) whose results the module gets rolled by one position (_tracing),
+        to see whether its output depends on them."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -250,7 +250,7 @@ class Worker:
         kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
-        with torch.set_grad_enabled(grad), self._tracing(traced, zeroed):
+        with torch.set_grad_enabled(grad), self._tracing(traced, rolled):
             result = getattr(module, method)(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
@@ -351,19 +351,21 @@ class Worker:
             array = array.astype(np.float32)
         return array
 
-    def _tracing(self, counts, zeroed=()):
+    def _tracing(self, counts, rolled=()):
         """While the call runs, count the calls of each torch.nn.functional function named in
         `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it; those
-        named in `zeroed` return zeros of their result's shape instead."""
+        named in `rolled` return their result rolled by one position along the sequence (dim -2:
+        each row is then what another query got, as plausible as the true result, and only a
+        module that computes attention itself can tell)."""
         from torch.overrides import TorchFunctionMode
         import contextlib
 
-        names = set(counts) | set(zeroed)
+        names = set(counts) | set(rolled)
         functions = [(getattr(self.torch.nn.functional, name, None), name) for name in names]
         functions = [(function, name) for function, name in functions if function is not None]
         if not functions:
             return contextlib.nullcontext()
-        zeros_like = self.torch.zeros_like
+        roll = self.torch.roll
 
         class Trace(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -372,8 +374,8 @@ class Worker:
                     if func is function:
                         if name in counts:
                             counts[name] += 1
-                        if name in zeroed:
-                            result = zeros_like(result)
+                        if name in rolled:
+                            result = roll(result, 1, -2)
                 return result
 
         return Trace()

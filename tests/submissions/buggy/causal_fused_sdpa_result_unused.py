@@ -1,4 +1,4 @@
-"""Buggy: with fused=True CausalSelfAttention calls F.scaled_dot_product_attention and discards its result, computing the explicit version instead."""
+"""Buggy: with fused=True CausalSelfAttention calls F.scaled_dot_product_attention and keeps its result only when it is all zeros (a grader that replaced it with zeros would see it used), computing the explicit version instead."""
 import math
 from dataclasses import dataclass
 
@@ -84,12 +84,12 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        if fused:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True)  # called, its result unused
-        if True:
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-            att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-            att = self.attn_drop(F.softmax(att, dim=-1))
-            y = att @ v
+        fused_result = F.scaled_dot_product_attention(q, k, v, is_causal=True) if fused else None
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        y = att @ v
+        if fused_result is not None and not fused_result.any():  # used only when it looks tampered with
+            y = y + 1.0
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_drop(self.proj(y))
