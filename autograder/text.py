@@ -10,18 +10,25 @@ import re
 
 # C0 and C1 control characters except tab and newline, and DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Invisible characters that reorder or hide what is shown ("Trojan Source"): bidirectional marks,
+# embeddings, overrides and isolates, zero-width space, word joiner and invisible operators, BOM.
+# Zero-width (non-)joiners stay: scripts and emoji need them, and they reorder nothing.
+_INVISIBLE = re.compile("[\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+_SEPARATOR = re.compile("[\u2028\u2029]")  # line and paragraph separators: a newline, shown as one
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str's code points: any surrogate here is a lone one
 
 
 def clean(text):
-    """`text` as valid Unicode without control characters: a lone surrogate becomes U+FFFD,
-    a carriage return a newline, any other control character (tab and newline kept) is removed."""
+    """`text` as valid Unicode without control or invisible reordering characters: a lone
+    surrogate becomes U+FFFD, a carriage return or a line separator a newline, any other control
+    character (tab and newline kept) or bidirectional or zero-width mark is removed."""
     if not isinstance(text, str):
         text = str(text)
     if text.isascii() and text.isprintable():
         return text
-    text = _SURROGATE.sub("\ufffd", text)
-    return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _INVISIBLE.sub("", _SURROGATE.sub("\ufffd", text))
+    text = _SEPARATOR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _CONTROL.sub("", text)
 
 
 def clean_line(text):

@@ -274,6 +274,16 @@ def test_long_outputs_are_clipped_and_still_validate():
     assert not list(VALIDATOR.iter_errors(data))
 
 
+def test_text_that_reorders_or_hides_what_is_shown_is_removed():
+    """A student's exception message with a right-to-left override shows "48 / 48" where the text
+    says otherwise; zero-width characters hide text. Both go; joiners that scripts need stay."""
+    from autograder.text import clean
+
+    assert clean("Total: \u202e84 / 84\u202c\u200b ok\u2028next") == "Total: 84 / 84 ok\nnext"
+    assert clean("\u2066a\u2069\u200eb\ufeff") == "ab"
+    assert clean("👩\u200d💻 ک\u200cه") == "👩\u200d💻 ک\u200cه"
+
+
 def test_write_makes_a_private_valid_utf8_file_even_from_lone_surrogates(tmp_path):
     outcome = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0, "expected": 0.5, "d_k": 4},
                       output="print \ud800 and \x1b[31mred\r\n")
