@@ -181,6 +181,18 @@ def test_only_on_the_command_line_and_the_summary_names_unreadable_students(stor
     assert "--only zz" in capsys.readouterr().err
 
 
+def test_the_summary_counts_a_grading_with_an_internal_error_as_the_report_does(store, tmp_path, monkeypatch, capsys):
+    """A check that failed inside the grader makes the report say "falla del corrector": the batch's
+    summary names it too, and exits 2, instead of "fallas del corrector: 0"."""
+    monkeypatch.setenv("COLUMNS", "200")
+    folder = write_folder(tmp_path / "cohort", ["a.py"])
+    internal = Outcome("SelfAttention", "shapes", "error", "grader_error", {"error": "ValueError: shapes"})
+    monkeypatch.setattr(batch, "LocalExecutor", lambda *args: Instant(outcomes(internal)))
+    assert main(["batch", str(folder), "--cohort", "c", "--db", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert "fallas del corrector: 1" in err and "falla del corrector a.py: ValueError: shapes" in err
+
+
 # ---- the Status column -------------------------------------------------------------------------------
 def test_the_gradebook_tells_unreadable_and_grader_failures_from_honest_zeros(store, tmp_path):
     grader_error = Outcome("SelfAttention", "shapes", "error", "grader_error", {"error": "KeyError: x"})

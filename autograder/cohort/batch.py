@@ -76,7 +76,8 @@ class Summary:
     graded: int = 0
     reused: int = 0
     unreadable: int = 0
-    failures: list = field(default_factory=list)
+    failures: list = field(default_factory=list)  # (key, message): grading could not happen; retried on resume
+    grader_errors: list = field(default_factory=list)  # (key, message): graded, but a check failed inside the grader
     seconds: float = 0.0
     interrupted: bool = False
     unreadable_entries: list = field(default_factory=list)  # (key, name, first outcome) of every unreadable one
@@ -235,10 +236,13 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
                     summary.failures.append((task.key, clean(result)))
                     store.record_failure(run, entry.key, entry.submitters, str(result))
                 else:
-                    store.record_grading(run, entry.key, entry.submitters, content_hash,
-                                         [Outcome(**o) for o in result.outcomes], result.seconds, result.peak_rss_mib,
-                                         replace)
+                    outcomes = [Outcome(**o) for o in result.outcomes]
+                    store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, result.seconds,
+                                         result.peak_rss_mib, replace)
                     summary.graded += 1
+                    internal = next((o for o in outcomes if o.code == "grader_error"), None)
+                    if internal is not None:  # the report marks it a grader failure: so does the summary
+                        summary.grader_errors.append((task.key, clean(internal.params.get("error", ""))))
                 done = summary.graded + len(summary.failures)
                 progress.update(bar, advance=1, rate=f"{60 * done / max(time.monotonic() - began, 1e-9):.1f}/min")
         cancel = False
@@ -259,12 +263,13 @@ def report_summary(summary, console, language="en"):
     resumed = words["batch_resumed"].format(done=summary.already_done) if summary.resumed else ""
     console.print(Text(words["batch_summary"].format(
         run=summary.run_id, resumed=resumed, graded=summary.graded, reused=summary.reused,
-        unreadable=summary.unreadable, failures=len(summary.failures), seconds=f"{summary.seconds:.1f}")))
+        unreadable=summary.unreadable, failures=len(summary.failures) + len(summary.grader_errors),
+        seconds=f"{summary.seconds:.1f}")))
     for key, name, outcome in summary.unreadable_entries:
         reason = feedback.message(outcome, language).splitlines()[0]
         shown = key if name in (key, _stem(key)) else f"{key} ({name})"
         console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
-    for key, message in summary.failures:
+    for key, message in [*summary.failures, *summary.grader_errors]:
         console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))
     if summary.interrupted:
         console.print(Text(words["batch_interrupted"], style="yellow"))
@@ -287,7 +292,7 @@ def cmd_batch(args):
     finally:
         store.close()
     report_summary(summary, console, config.language)
-    return 130 if summary.interrupted else 2 if summary.failures else 0
+    return 130 if summary.interrupted else 2 if summary.failures or summary.grader_errors else 0
 
 
 def add_store_option(parser):
