@@ -159,3 +159,21 @@ def test_a_linear_declared_the_other_way_round_has_other_shapes_and_other_values
     sa = module.SelfAttention(4).double().eval()
     x = torch.randn(2, 5, 4)
     assert (sa(x)[0] - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]).abs().max() > 0.1
+
+
+def test_a_softmax_in_blocks_without_rescaling_is_wrong_beyond_one_block():
+    sa = load("sa_softmax_in_blocks").SelfAttention(4).double().eval()
+    for length, wrong in ((8, False), (20, True)):
+        x = torch.randn(2, length, 4)
+        got, want = sa(x), attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))
+        assert (max((a - b).abs().max() for a, b in zip(got, want)) > 1e-3) == wrong, length
+
+
+def test_a_mask_applied_by_multiplying_also_masks_a_true_score_of_zero():
+    mha = load("mha_mask_by_multiplying").MultiHeadAttention(4, 2, 0.0).double().eval()
+    key = KEY.clone()
+    key[:, -1] = 0.0  # a padding token: its scores are exactly 0
+    mask = torch.ones(2, 3, 5)
+    got, expected = mha(QUERY, key, key, mask), multi_head(mha, QUERY, key, key, mask)
+    assert max((a - b).abs().max() for a, b in zip(got, expected)) > 1e-2
+    assert all(torch.allclose(a, b) for a, b in zip(mha(QUERY, KEY, KEY, mask), multi_head(mha, QUERY, KEY, KEY, mask)))

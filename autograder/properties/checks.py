@@ -618,21 +618,24 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
                 expect_close(mine, twin, "noncontiguous_mismatch", what=what)
 
 
-def reference_across_calls(module, calls, shaped, expected, fresh, names):
+def reference_across_calls(module, calls, shaped, expected, fresh, names, described=None):
     """One module, several calls (the same input again among them): each call's outputs
     (shaped(i, reply), a list) must match expected(i), a list of (reference, rounding bound,
     magnitude of the inputs, what) from reference.*_bounded, and leave its inputs unchanged
     (names: inputs_unchanged's). A later call that misses while the same call on a fresh module
     (fresh()) matches shows a module that depends on its earlier calls; when that call first gave
-    the module new parameters (the option `reload`), on what it computed from the old ones."""
+    the module new parameters (the option `reload`), on what it computed from the old ones.
+    described: {call index: (failure code, its parameters)} for a call whose miss says more than
+    reference_mismatch_at (the first of another form, say, after the others matched)."""
     replies = module.runs(*calls)
     for i, reply in enumerate(replies):
         got = shaped(i, reply)
         inputs_unchanged(reply, names)
+        code, said = (described or {}).get(i, ("reference_mismatch_at", {}))
         for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
-            params = {"what": what, "call": i + 1, "calls": len(calls), "scale": magnitude}
+            params = {"what": what, "call": i + 1, "calls": len(calls), "scale": magnitude, **said}
             try:
-                matches_reference(actual, want, bound, "reference_mismatch_at", magnitude, **params)
+                matches_reference(actual, want, bound, code, magnitude, **params)
             except PropertyFailure as failure:
                 if i > 0:
                     args, options = calls[i]

@@ -296,6 +296,15 @@ MASK_DTYPES = ("bool", "int64", "float32")
 # rounding, which grows with them, is allowed for: reference.*_bounded).
 INPUT_SCALES = (0.01, 1.0, 30.0)
 
+# Sequence lengths beyond what the shape strategies draw, for one call of reference_match: a module
+# right only on short sequences (a softmax computed in blocks of 8 positions, say) is wrong.
+LONG_TIMES = (9, 24)
+
+
+def long_time(rng):
+    """A length of LONG_TIMES, drawn from the example's rng after its other draws (which it keeps)."""
+    return int(rng.integers(LONG_TIMES[0], LONG_TIMES[1] + 1))
+
 
 def random_mask(rng, *shape, dtype="float32"):
     """A 0/1 mask (of one of MASK_DTYPES) with column 0 always open, so that no row is fully masked."""

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require
-from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
+from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
+                      random_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -171,11 +172,13 @@ def test_scale(worker, dims):
 
 
 @graded(CLS, "reference_match")
-@given(dims=multi_head_dims(), scales=st.permutations(INPUT_SCALES))
+@given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Five calls on one module (lengths are `shapes`' business): inputs at each scale, the last
-    with a mask, then the first inputs again, before and after the parameters change in place (as
-    an optimizer step changes them)."""
+    """Six calls on one module: inputs at each scale, the last with a mask, longer sequences
+    (harness.LONG_TIMES) with a mask, whose last key is a zero vector (a padding token: its scores
+    are exactly 0, which a mask must not be confused with), then the first inputs again, before and after the parameters change in place (as an
+    optimizer step changes them). Tq, Tk >= 2: then the short calls can tell a mistake of the
+    weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2, scales=list(scales))
     first, second, third = scales
@@ -183,8 +186,13 @@ def test_reference_match(worker, dims, scales):
     calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {}),
              (cross_inputs(rng, dims, third), {"mask": mask})]
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
-    calls += [calls[0], (calls[0][0], {"reload": reload})]
-    magnitudes = [first, second, third, first, first]
+    long_dims = {**dims, "Tq": long_time(rng), "Tk": long_time(rng)}
+    padded = cross_inputs(rng, long_dims)
+    padded[1][:, -1] = 0.0
+    long_mask = random_mask(rng, dims["B"], long_dims["Tq"], long_dims["Tk"])
+    calls += [(padded, {"mask": long_mask}), calls[0], (calls[0][0], {"reload": reload})]
+    magnitudes = [first, second, third, 1.0, first, first]
+    shapes = [dims, dims, dims, long_dims, dims, dims]
 
     def expected(i):
         args, options = calls[i]
@@ -193,8 +201,9 @@ def test_reference_match(worker, dims, scales):
             options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
-    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,
-                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES)
+    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
+                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
+                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]})})
 
 
 @graded(CLS, "batch_independence")

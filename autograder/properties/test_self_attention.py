@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require
-from .harness import INPUT_SCALES, Remote, gaussian, graded, masks_in_turn, one_row, other_mask, random_mask
+from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
+                      random_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
@@ -120,11 +121,13 @@ def test_scale(worker, dims):
 
 
 @graded(CLS, "reference_match")
-@given(dims=self_attention_dims(), scales=st.permutations(INPUT_SCALES))
+@given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Five calls on one module (lengths are `shapes`' business): an input at each scale, the last
-    with a mask, then the first input again, before and after the parameters change in place (as
-    an optimizer step changes them)."""
+    """Six calls on one module: an input at each scale, the last with a mask, a longer sequence
+    (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
+    scores are exactly 0, which a mask must not be confused with), then the first input again, before and after the parameters change in place (as
+    an optimizer step changes them). T >= 2: then the short calls can tell a mistake of the weights
+    (with one position, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims)
     example(**dims, scales=list(scales))
     B, T = dims["B"], dims["T"]
@@ -132,8 +135,14 @@ def test_reference_match(worker, dims, scales):
     xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
     mask = random_mask(rng, B, T, T)
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
-    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((xs[0],), {}), ((xs[0],), {"reload": reload})]
-    magnitudes = [first, second, third, first, first]
+    long_dims = {**dims, "T": long_time(rng)}
+    padded = inputs(rng, long_dims)
+    padded[:, -1] = 0.0
+    long_mask = random_mask(rng, B, long_dims["T"], long_dims["T"])
+    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((padded,), {"mask": long_mask}), ((xs[0],), {}),
+             ((xs[0],), {"reload": reload})]
+    magnitudes = [first, second, third, 1.0, first, first]
+    shapes = [dims, dims, dims, long_dims, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
@@ -141,8 +150,9 @@ def test_reference_match(worker, dims, scales):
             changed if "reload" in options else module.params, x.astype(np.float64), options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
-    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, dims), expected,
-                                  lambda: loaded(worker, dims)[0], INPUT_NAMES)
+    checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
+                                  lambda: loaded(worker, dims)[0], INPUT_NAMES,
+                                  {3: ("reference_mismatch_long", {"positions": long_dims["T"]})})
 
 
 @graded(CLS, "batch_independence")
