@@ -52,7 +52,7 @@ VALUE_CODES = {
     "causality": ("future_leak", "past_ignored"),
     "large_inputs": ("masked_weight_not_zero_large", "not_finite", "rows_do_not_sum_to_one", "future_leak_large",
                      "future_leak_upstream", "large_scores_changed", "large_scores_changed_output"),
-    "fused_equivalence": ("fused_mismatch", "fused_only_mismatch"),
+    "fused_equivalence": ("fused_mismatch", "fused_only_mismatch", "both_paths_mismatch"),
     "batch_independence": ("batch_leak",),
     "eval_deterministic": ("eval_not_deterministic", "eval_depends_on_earlier_calls"),
     "train_dropout": ("dropout_not_applied", "dropout_ignores_p", "dropout_not_rescaled", "dropout_wrong_rate",
