@@ -177,3 +177,12 @@ def test_a_mask_applied_by_multiplying_also_masks_a_true_score_of_zero():
     got, expected = mha(QUERY, key, key, mask), multi_head(mha, QUERY, key, key, mask)
     assert max((a - b).abs().max() for a, b in zip(got, expected)) > 1e-2
     assert all(torch.allclose(a, b) for a, b in zip(mha(QUERY, KEY, KEY, mask), multi_head(mha, QUERY, KEY, KEY, mask)))
+
+
+def test_a_mask_kept_by_shape_reads_a_later_mask_as_the_first():
+    mha = load("mha_mask_kept_by_shape").MultiHeadAttention(4, 2, 0.0).double().eval()
+    first, second = torch.ones(2, 3, 5), torch.ones(2, 3, 5)
+    first[..., 1], second[..., 2] = 0, 0
+    mha(QUERY, KEY, KEY, first)
+    got, expected = mha(QUERY, KEY, KEY, second), multi_head(mha, QUERY, KEY, KEY, second)
+    assert (got[1] - expected[1]).abs().max() > 0.05

@@ -637,14 +637,20 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
             try:
                 matches_reference(actual, want, bound, code, magnitude, **params)
             except PropertyFailure as failure:
-                if i > 0:
-                    args, options = calls[i]
-                    again = shaped(i, fresh().run(*args, **options))
-                    if all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected(i))):
-                        code = "stale_after_new_parameters" if options.get("reload") else "depends_on_earlier_calls"
-                        raise PropertyFailure(code, **{**failure.params, **params}) from None
+                if i > 0 and matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped):
+                    code = "stale_after_new_parameters" if calls[i][1].get("reload") else "depends_on_earlier_calls"
+                    raise PropertyFailure(code, **{**failure.params, **params}) from None
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise
+
+
+def matches_on_a_fresh_module(module, call, index, expected, shaped):
+    """Whether `call` (the index-th) gives a freshly built `module` the reference's outputs
+    (expected: as reference_across_calls'): then a miss on the module that had earlier calls comes
+    from what it kept from them."""
+    args, options = call
+    again = shaped(index, module.run(*args, **options))
+    return all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected))
 
 
 def diagnosed(module, prop, calls, replies, expected):
@@ -703,6 +709,8 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             column = nan_in_closed_columns(weights, blocked)
             if column is not None:
                 raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
+            if i >= 2 and _closes_on_a_fresh_module(fresh(), calls[i], blocked, shaped):
+                raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
         require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described[i],
                 max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
         # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
@@ -718,10 +726,19 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             try:
                 matches_reference(actual, want, bound, "mask_form_mismatch", magnitude, what=what, call=i + 1,
                                   **described[i], first_shape=described[1]["shape"], first_dtype=described[1]["dtype"])
-            except PropertyFailure:
+            except PropertyFailure as failure:
+                if matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped):  # a mask kept from before
+                    raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, "calls": len(calls)}) from None
                 if _differs_from_first_form(fresh(), calls[i], got, canonical(masks[i]), shaped):
                     raise
                 break
+
+
+def _closes_on_a_fresh_module(module, call, blocked, shaped):
+    """Whether `call` on a freshly built module gives exactly 0 weight wherever its mask closes
+    (blocked): then the module that leaked there read a mask kept from an earlier call."""
+    args, options = call
+    return bool(np.all(shaped(0, module.run(*args, **options))[1][blocked] == 0.0))
 
 
 def _differs_from_first_form(module, call, got, twins, shaped):
