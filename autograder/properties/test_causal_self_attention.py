@@ -175,13 +175,14 @@ def test_batch_independence(worker, dims):
 @graded(CLS, "eval_deterministic")
 @given(dims=causal_dims(min_time=2), seed=seeds)
 def test_eval_deterministic(worker, dims, seed):
-    """In eval, the same input twice in a row (other seeds: dropout must be off), then another
-    input, then the first input again: always the same output."""
+    """In eval, on each path, the same input twice in a row (other seeds: dropout must be off),
+    then another input, then the first input again: always the same output."""
     module, rng = loaded(worker, dims, dropout=0.5)
     x = inputs(rng, dims)
     xs = [x, x, inputs(rng, dims), x]
-    checks.eval_repeatable(module, [((x_i,), {"seed": seed + i}) for i, x_i in enumerate(xs)],
-                           lambda i, reply: [output(reply, dims)])
+    for fused in (False, True):
+        checks.eval_repeatable(module, [((x_i,), {"seed": seed + i, "fused": fused}) for i, x_i in enumerate(xs)],
+                               lambda i, reply: [output(reply, dims)])
 
 
 @graded(CLS, "train_dropout")
