@@ -233,10 +233,10 @@ CATALOG = (
           ("reference_match", "train_dropout", "gradients"), [R(MHA, "forward", "self.W_V(value)", "self.W_V(key)")],
           {"value_from_key": True}, seen_in="buggy/mha_value_from_key"),
     entry("mha_no_output_projection", MHA,
-          "Olvidas la proyección de salida W_O: concatenas las cabezas y devuelves eso (faltan d_model² "
-          "parámetros).",
-          "You forget the output projection W_O: you concatenate the heads and return that (d_model² "
-          "parameters are missing).",
+          "No aplicas la proyección de salida W_O: concatenas las cabezas y devuelves eso. Aplica "
+          "self.W_O al resultado, también con una sola cabeza.",
+          "You do not apply the output projection W_O: you concatenate the heads and return that. Apply "
+          "self.W_O to the result, with a single head too.",
           ("parameter_count", "reference_match", "rows_sum_to_one", "masked_zero", "scale", "batch_independence",
            "eval_deterministic", "train_dropout", "gradients", "large_inputs", "device"),
           [S(MHA, "__init__", "self.W_O = nn.Linear(d_model, d_model, bias=False)", ""),

@@ -711,6 +711,9 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
                 raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
             if i >= 2 and _closes_on_a_fresh_module(fresh(), calls[i], blocked, shaped):
                 raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
+            want, bound, magnitude, _ = expected(i)[0]
+            if np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
+                raise PropertyFailure("returned_weights_not_used", **described[i], count=int((leaked != 0).sum()))
         require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described[i],
                 max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
         # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
