@@ -122,6 +122,19 @@ def test_weights_from_the_keys_alone_move_with_the_keys_but_not_with_the_queries
     checks.responds_to("queries", expected[0], expected[2], expected[0], expected[2], "weights", "W_Q")
 
 
+def test_rows_of_weights_from_the_keys_alone_are_all_alike_and_fail(projections):
+    x, q, k, _ = projections
+    keys_only = reference.softmax(np.broadcast_to(k.sum(-1)[..., None, :], q.shape[:-1] + k.shape[-2:-1]))
+    expected = reference.attention(q, k, k)[1]
+    with pytest.raises(PropertyFailure) as failed:
+        checks.rows_differ(as_float32(keys_only), expected)
+    assert failed.value.code == "same_weights_for_every_query" and failed.value.params["change"] == 0.0
+    checks.rows_differ(as_float32(expected), expected)
+    checks.rows_differ(as_float32(reference.attention(k, k, k)[1]), expected)  # Q from W_K: still attention
+    uniform = np.full(expected.shape, 1 / expected.shape[-1])
+    checks.rows_differ(uniform, uniform)  # nothing to tell: judges nothing
+
+
 def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
     shapes = {"qkv.weight": (12, 4), "qkv.bias": (12,), "proj.weight": (4, 4), "proj.bias": (4,)}
     layers = ("qkv", "proj")

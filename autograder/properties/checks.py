@@ -105,10 +105,11 @@ def scale_is(weights, scores, d_k):
             measured=round(measured, 5), expected=round(expected, 5), d_k=d_k)
 
 
-# The `attends` property: multiplying the keys (W_K's output), or the queries, by SCALE_FACTOR
-# multiplies every score by it, which moves every softmax row with two or more allowed positions.
-# Both, because weights from the keys alone (softmax of a score per key, the same for every query)
-# move with the keys but are not attention.
+# The `attends` property: multiplying the keys (W_K's output) by SCALE_FACTOR multiplies every
+# score by it, which moves every softmax row with two or more allowed positions. Weights from the
+# keys alone (softmax of a score per key) move with the keys too but are the same for every query:
+# where the weights are returned, their rows must differ as the reference's do (rows_differ);
+# where only the output is, multiplying the queries must move it as well.
 SCALE_FACTOR = 3.0
 # An example can tell when the reference itself moves by ATTENDS_VISIBLE or more; the module must
 # then move by at least ATTENDS_FRACTION of what the reference moves. Every honest mistake of the
@@ -136,6 +137,23 @@ def responds_to(role, before, after, expected_before, expected_after, what, laye
     change = float(np.nan_to_num(moved, nan=np.inf).max())
     require(change >= ATTENDS_FRACTION * expected, f"{role}_ignored", what=what, layer=layer,
             factor=SCALE_FACTOR, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
+
+
+def rows_differ(weights, expected):
+    """Weights from query–key similarity differ from one query (row) to the next where the
+    reference's do; weights from the keys alone are the same in every row. A module that takes its
+    queries from another projection (Q from W_K) still attends: its rows differ too."""
+    def spread(w):  # the largest difference between two rows of one (batch, head)
+        with np.errstate(invalid="ignore"):
+            gaps = np.abs(w[..., :, None, :] - w[..., None, :, :])
+        return float(np.nan_to_num(gaps, nan=np.inf).max()) if gaps.size else 0.0
+
+    want = spread(expected)
+    if want < ATTENDS_VISIBLE:
+        return  # this example cannot tell (rows nearly equal in the reference too); others can
+    got = spread(weights)
+    require(got >= ATTENDS_FRACTION * want, "same_weights_for_every_query", change=float(f"{got:.3g}"),
+            expected=float(f"{want:.3g}"))
 
 
 def batch_independent(run, inputs, rng, outputs_shape_checker):

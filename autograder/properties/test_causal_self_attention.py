@@ -378,7 +378,8 @@ def test_device(worker, dims, fused):
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the
     K rows of qkv scaled by checks.SCALE_FACTOR), or its queries (the Q rows), must return another
-    output. T >= 3: then even a flipped mask leaves a row with two positions to weigh."""
+    output (the weights are not returned here, so the queries are judged by their rows of qkv).
+    T >= 3: then even a flipped mask leaves a row with two positions to weigh."""
     C = dims["n_embd"]
     scalings = (("keys", "qkv", [C, 2 * C]), ("queries", "qkv", [0, C]))
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)

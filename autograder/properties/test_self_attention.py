@@ -259,20 +259,18 @@ def test_device(worker, dims):
 @given(dims=self_attention_dims(min_time=2))
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
-    (W_K scaled by checks.SCALE_FACTOR), or its queries (W_Q), must return other weights, and
-    another output. W_Q and W_K are all it takes: a module without W_V (parameter_count's business)
-    is judged on its weights."""
-    x = inputs(rng_for(dims), dims)
-    scalings = (("keys", "W_K"), ("queries", "W_Q"))
+    (W_K scaled by checks.SCALE_FACTOR) must return other weights, and another output; and its rows
+    must differ from one query to the next (checks.rows_differ). W_Q and W_K are all it takes: a
+    module without W_V (parameter_count's business) is judged on its weights."""
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, *(checks.layer_scale(layer) for _, layer in scalings))]
+               for scale in (None, checks.layer_scale("W_K"))]
+    x = inputs(rng_for(dims), dims)
     got = [outputs(module.run(x), dims) for module in modules]
     x = x.astype(np.float64)
     weights = [reference.attention(*(reference.linear(x, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
                for m in modules]
-    for i, (role, layer) in enumerate(scalings, 1):
-        checks.responds_to(role, got[0][1], got[i][1], weights[0], weights[i], "weights", layer)
+    checks.responds_to("keys", got[0][1], got[1][1], *weights, "weights", "W_K")
+    checks.rows_differ(got[0][1], weights[0])
     if not modules[0].missing_layers:
         want = [reference.self_attention(module.params, x)[0] for module in modules]
-        for i, (role, layer) in enumerate(scalings, 1):
-            checks.responds_to(role, got[0][0], got[i][0], want[0], want[i], "output", layer)
+        checks.responds_to("keys", got[0][0], got[1][0], *want, "output", "W_K")
