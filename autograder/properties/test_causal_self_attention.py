@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, close, example, expect_close, require
+from .failures import PropertyFailure, calling, close, example, expect_close, require
 from .harness import INPUT_SCALES, Remote, gaussian, graded, one_row, runs_until_failure
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 
@@ -324,13 +324,15 @@ def test_fused_equivalence(worker, dims):
     x = inputs(rng, dims)
     # Against the reference alone: a mistake only in the explicit path is reference_match's.
     want = expected(module.params, dims, x)
-    fused = output(module.run(x, fused=True), dims)
+    fused_reply = module.run(x, fused=True)
+    fused = output(fused_reply, dims)
     if not close(fused, want):
         # Where the explicit path matches on this input, what both paths share (the qkv split, the
         # heads, proj) is right: the mistake is in the fused path's own code, whatever catalog
         # mistake its output also matches (k and q swapped in the sdpa call match a swapped split).
         explicit = output(module.run(x), dims)
         code = "fused_only_mismatch" if close(explicit, want) else "both_paths_mismatch"
+        calling(fused_reply.call)  # the failure is the fused call's, not the explicit one just read
         expect_close(fused, want, code, against="reference")
     if worker.sees_cuda(CLS):
         for path in (False, True):
@@ -387,5 +389,5 @@ def test_attends(worker, dims):
     x = inputs(rng_for(dims), dims)
     got = [output(module.run(x), dims) for module in modules]
     want = [expected(module.params, dims, x) for module in modules]
-    for i, (role, layer, (start, stop)) in enumerate(scalings, 1):
-        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}[{start}:{stop}]")
+    for i, (role, layer, rows) in enumerate(scalings, 1):
+        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows")

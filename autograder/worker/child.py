@@ -278,7 +278,7 @@ class Worker:
             upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed))
         else:
             if list(upstream.shape) != list(output.shape):
-                raise StudentError("output_shape", str(list(output.shape)))  # the feedback words it
+                raise StudentError("output_shape", str(tuple(output.shape)))  # the feedback words it
             upstream = torch.from_numpy(upstream)
         try:
             (output * upstream.to(output.device)).sum().backward()
