@@ -186,3 +186,17 @@ def test_a_mask_kept_by_shape_reads_a_later_mask_as_the_first():
     mha(QUERY, KEY, KEY, first)
     got, expected = mha(QUERY, KEY, KEY, second), multi_head(mha, QUERY, KEY, KEY, second)
     assert (got[1] - expected[1]).abs().max() > 0.05
+
+
+def test_weights_returned_from_before_dropout_are_not_those_of_the_output():
+    mha = load("mha_weights_returned_before_dropout").MultiHeadAttention(4, 2, 0.5).double().train()
+    torch.manual_seed(3)
+    output, weights = mha(QUERY, KEY, KEY)
+    assert not (weights == 0).any()  # no weight of those returned was dropped...
+    assert (output - multi_head_from(mha, weights, KEY)).abs().max() > 1e-3  # ...yet the output used dropped ones
+
+
+def multi_head_from(mha, weights, value):
+    B, h = value.shape[0], mha.num_heads
+    v = mha.W_V(value).view(B, -1, h, mha.d_k).transpose(1, 2)
+    return mha.W_O((weights @ v).transpose(1, 2).reshape(B, -1, mha.d_model))
