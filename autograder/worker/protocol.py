@@ -83,9 +83,10 @@ def _call(reply, request):
 
 
 def _input_shape(request, name):
-    """The shape of the call's input `name` ("0", "1"... for positional ones), None if it has none."""
-    args, kwargs = request.get("args", []), request.get("kwargs", {})
-    value = args[int(name)] if name.isdigit() and int(name) < len(args) else kwargs.get(name)
+    """The shape of the call's input `name`, named as child.op_call names them ("0", "1"... for
+    positional ones, else the keyword), None if it has none."""
+    named = {**{str(i): value for i, value in enumerate(request.get("args", []))}, **request.get("kwargs", {})}
+    value = named.get(name)
     return value.shape if isinstance(value, np.ndarray) else None
 
 
