@@ -17,6 +17,7 @@ NOT_GRADER_ERRORS = {
     "SubmissionHalted": "carries a SubmissionError past hypothesis (a BaseException on purpose)",
     "StudentError": "raised in the worker, which imports nothing of the grader",
     "WireError": "the wire module is shared with the worker, which imports nothing of the grader",
+    "FrameTooLarge": "a WireError: the worker turns it into its output_too_large answer",
     "MalformedReply": "a forged reply: the worker's fault, turned into a protocol outcome",
     "ZygoteGone": "an OSError the executor handles by starting another zygote",
     "PropertyFailure": "an AssertionError: pytest and hypothesis must see a failing property",

@@ -77,6 +77,7 @@ ONE_CLASS = {
     "sa_lying_tensor": ("SelfAttention", ["submission.bad_output"]),
     "sa_forged_build": ("SelfAttention", ["too_many_parameters"]),
     "sa_memfd_hog": ("SelfAttention", ["submission.memory"]),
+    "sa_unprintable_exception": ("SelfAttention", ["submission.exception"]),
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
@@ -86,6 +87,9 @@ AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
 CLEANUP_STRESS = {"sa_deep_tree": "submission.import_disk", "shm_many_names": "submission.import_memory"}
 # Forged replies: refused as the submission's protocol failures, never the grader's error.
 FORGED = {"forged_replies", "forged_input_grads"}
+# Outputs larger than any answer, honest and forged: what each class fails with first.
+HUGE = {"huge_outputs": {"SelfAttention": "submission.output_too_large", "MultiHeadAttention": "submission.protocol",
+                         "CausalSelfAttention": "shape_mismatch"}}
 # Memory outside any process (/dev/shm, System V): counted, or bounded by the scratch space.
 OUTSIDE_PROCESSES = {"sa_shm_hog"}
 # sa_no_scaling's SelfAttention plus tampering: exactly sa_no_scaling's outcomes.
@@ -145,7 +149,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE)
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -311,9 +315,14 @@ MESSAGES = [
     ("csa_sys_exit_in_forward", "CausalSelfAttention", "CausalSelfAttention.forward lanzó SystemExit en la línea {line}"),
     ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió un valor de tipo Liar: debe devolver torch.Tensor"),
     ("surrogate_message", "SelfAttention", "Importar tu archivo falló en la línea {line} (RuntimeError): boom \ufffd \ufffd fin"),
+    # An exception that cannot be read: its class's first base with a class name, its line, no message.
+    ("sa_unprintable_exception", "SelfAttention", "SelfAttention.forward lanzó RuntimeError en la línea {line}."),
+    ("huge_outputs", "SelfAttention",
+     "SelfAttention.forward devolvió un tensor de forma (1, 1, 8388608), demasiado grande para ser una respuesta"),
 ]
 LINE_MARKS = {"missing_module": "import numpyy", "syntax_error": "x.shape)", "colab_export": "!pip install torch", "sys_exit_at_import": "sys.exit(0)",
-              "csa_sys_exit_in_forward": "sys.exit(3)", "surrogate_message": 'fin")'}
+              "csa_sys_exit_in_forward": "sys.exit(3)", "surrogate_message": 'fin")',
+              "sa_unprintable_exception": "raise Unreadable(weights)"}
 
 
 @pytest.mark.parametrize("name, cls, start", MESSAGES, ids=[case[0] for case in MESSAGES])
@@ -381,6 +390,16 @@ def test_what_defeats_a_single_remover_is_contained(graded, name):
 def test_forged_replies_are_the_submissions_protocol_failures(graded, name):
     failed = {o.code for o in graded[name]["outcomes"] if o.status != "passed"}
     assert failed == {"submission.protocol"}
+
+
+@pytest.mark.parametrize("name", sorted(HUGE))
+def test_outputs_larger_than_any_answer_cost_the_grader_nothing(graded, name):
+    """A reply is at most wire.MAX_FRAME_BYTES: a 32 MiB output is the worker's output_too_large
+    (honest code) or a refused frame (a worker that lifted its own cap); replies just under the cap,
+    every call, keep the grader's memory bounded (with a 32 MiB cap they reached 2 GiB)."""
+    classes = by_class(graded[name])
+    assert {cls: outcomes[0].code for cls, outcomes in classes.items()} == HUGE[name]
+    assert graded[name]["grader_peak_mib"] < 150
 
 
 def test_the_reference_scores_are_not_all_alike(graded):
@@ -475,7 +494,7 @@ def test_uid_leases_are_exclusive_until_released():
 def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.submission_errors import KINDS
 
-    assert len(KINDS) == 24
+    assert len(KINDS) == 25
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)
@@ -494,5 +513,5 @@ def test_every_kind_a_submission_error_is_raised_with_is_declared():
     assert raised and raised <= set(KINDS), raised - set(KINDS)
     child = (package / "worker" / "child.py").read_text(encoding="utf-8")
     sent = set(re.findall(r'StudentError\(\s*"(\w+)"', child)) | set(re.findall(r'"kind": "(\w+)"', child))
-    assert {"bad_output", "output_shape", "not_a_module", "unreadable_output"} <= sent
+    assert {"bad_output", "output_shape", "not_a_module", "unreadable_output", "output_too_large"} <= sent
     assert all(KINDS.get(kind) and KINDS[kind].reported for kind in sent), sent

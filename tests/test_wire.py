@@ -60,6 +60,14 @@ def test_other_dtypes_never_leave(array):
         wire.encode({"ok": array})
 
 
+def test_a_message_over_the_cap_is_refused_with_its_largest_shape():
+    small, large = np.zeros((2, 3), np.float32), np.zeros((1, 1, wire.MAX_FRAME_BYTES // 4), np.float32)
+    with pytest.raises(wire.FrameTooLarge) as caught:
+        wire.encode({"ok": {"outputs": [small, large]}})
+    assert caught.value.largest_shape == (1, 1, wire.MAX_FRAME_BYTES // 4)
+    wire.encode({"ok": {"outputs": [small, large[..., :1024]]}})  # an answer's size crosses
+
+
 @pytest.mark.parametrize("total, header_len", [
     (wire.MAX_FRAME_BYTES + 1, 10),          # larger than any honest reply
     (100, wire.MAX_HEADER_BYTES + 1),        # header over its own cap

@@ -390,8 +390,16 @@ def _template(outcome, failures):
                 code, params["name"] = "submission.name_error", undefined.group(1)
         template = failures.get(f"{code}.in_cell")
         if template:
-            return template, params
-    return failures.get(outcome.code, outcome.code or ""), {"cls": outcome.cls, **outcome.params}
+            return _without_empty_message(template, params), params
+    params = {"cls": outcome.cls, **outcome.params}
+    return _without_empty_message(failures.get(outcome.code, outcome.code or ""), params), params
+
+
+def _without_empty_message(template, params):
+    """`raise ValueError()` has no message: the sentence ends where it would have begun."""
+    if params.get("message") == "" and template.endswith(": {message}"):
+        return template[:-len(": {message}")] + "."
+    return template
 
 
 def blocked(cls, prerequisites, outcome, own_message, language):

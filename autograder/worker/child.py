@@ -96,23 +96,29 @@ class StudentError(Exception):
 
 
 def _student_error(exc, path):
-    """Describe an exception raised by student code: type, message and the line in their file."""
-    line = None
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in frames:
-        if os.path.abspath(frame.filename) == path:
-            line = frame.lineno
-    if isinstance(exc, SyntaxError) and os.path.abspath(exc.filename or "") == path:
-        line = exc.lineno
+    """Describe an exception raised by student code: type, message and the line in their file.
+    Reading an exception can run the submission's code (a __str__ that raises or returns no
+    string, a SyntaxError whose attributes raise): what cannot be read is left out."""
+    frames = _readable(lambda: traceback.extract_tb(exc.__traceback__), [])
+    line = next((frame.lineno for frame in reversed(frames) if os.path.abspath(frame.filename) == path), None)
+    if isinstance(exc, SyntaxError):
+        line = _readable(lambda: exc.lineno if os.path.abspath(exc.filename or "") == path else line, line)
+    text = _readable(lambda: str.__str__(str(exc))[:500], "")
     if isinstance(exc, NotImplementedError) and _raised_by_student(frames, path):
         kind = "not_implemented"
-    elif isinstance(exc, MemoryError) or "can't allocate memory" in str(exc):
+    elif isinstance(exc, MemoryError) or "can't allocate memory" in text:
         kind = "memory"
     else:
         kind = "exception"
-    text = str(exc)[:500]
     return {"kind": kind, "message": text, "line": line, "type": type(exc).__name__,
             "types": [c.__name__ for c in type(exc).__mro__[:MRO_SHOWN]]}  # a ValueError subclass is a ValueError
+
+
+def _readable(read, otherwise):
+    try:
+        return read()
+    except BaseException:
+        return otherwise
 
 
 MRO_SHOWN = 8
@@ -406,6 +412,8 @@ def send(responses, reply):
             pass
     try:
         frame = wire.encode(reply)
+    except wire.FrameTooLarge as exc:
+        frame = wire.encode({"error": {"kind": "output_too_large", "message": str(tuple(exc.largest_shape))}})
     except Exception as exc:
         frame = wire.encode({"error": {"kind": "unreadable_output", "message": type(exc).__name__}})
     responses.write(frame)

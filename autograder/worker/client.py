@@ -35,10 +35,22 @@ class WorkerSetupError(MachineError):
 
 
 def _names(value):
-    """The exception's class names the worker sent (a list of strings), bounded; () for anything else."""
+    """The exception's class names the worker sent (a list of strings), bounded; () for anything else.
+    Only names a class statement could have given (identifiers, dotted): a class's __name__ can be
+    set to any text, such as a sentence that reads like the grader's own."""
     if not isinstance(value, list):
         return ()
-    return tuple(name[:80] for name in value[:8] if isinstance(name, str))  # already clean_tree'd
+    return tuple(name[:80] for name in value[:8] if isinstance(name, str) and _is_class_name(name))
+
+
+def _exception_type(error):
+    """The name of the exception's class, or of its first base with a name a class statement gives."""
+    types = error.get("types")
+    return next(iter(_names([error.get("type"), *(types if isinstance(types, list) else ())])), None)
+
+
+def _is_class_name(name):
+    return all(part.isidentifier() for part in name.split("."))
 
 
 def _label(op, args):
@@ -145,9 +157,8 @@ class Worker:
             kind = said if isinstance(said, str) and KINDS.get(said, Kind()).reported else "exception"
             raise SubmissionError(
                 kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
-                exc_type=str(error.get("type") or "")[:80] or None,
-                cls=cls, op=label, limit=self.limits.memory_mib if kind == "memory" else None,
-                exc_types=_names(error.get("types")),
+                exc_type=_exception_type(error), cls=cls, op=label,
+                limit=self.limits.memory_mib if kind == "memory" else None, exc_types=_names(error.get("types")),
             )
         try:
             protocol.check(op, reply.get("ok"), args)
@@ -286,7 +297,7 @@ class Worker:
             command = ipython_command(self.source_text, error.get("line")) if py_syntax_error else None
             self.fatal = SubmissionError(  # an IPython line's message is the line itself
                 "syntax_error_ipython" if command else kind, command or str(error.get("message", ""))[:500],
-                **self._where(error.get("line")), exc_type=str(error.get("type") or "")[:80] or None, op="import",
+                **self._where(error.get("line")), exc_type=_exception_type(error), op="import",
             )
             self.stop()
         else:

@@ -19,7 +19,11 @@ which would be reported as the grading machine's fault.
 """
 import numpy as np
 
-from .wire import MAX_DIMENSIONS, MAX_FRAME_BYTES
+from .wire import MAX_DIMENSIONS
+
+# A bound on each size a reply declares (a parameter's, a meta-device output's): the grader
+# multiplies such sizes (parameter_count, too_many_parameters) but never allocates them.
+MAX_DECLARED_SIZE = 32 << 20
 
 
 class MalformedReply(ValueError):
@@ -33,7 +37,7 @@ def _require(condition):
 
 def _is_shape(value):
     return (isinstance(value, list) and len(value) <= MAX_DIMENSIONS
-            and all(type(d) is int and 0 <= d <= MAX_FRAME_BYTES for d in value))
+            and all(type(d) is int and 0 <= d <= MAX_DECLARED_SIZE for d in value))
 
 
 def _names(mapping, value_check):

@@ -25,6 +25,7 @@ KINDS = {
     "not_a_module": Kind(reported=True, input_dependent=True),
     "output_shape": Kind(reported=True, input_dependent=True),
     "unreadable_output": Kind(reported=True, input_dependent=True),
+    "output_too_large": Kind(reported=True, input_dependent=True),
     "memory": Kind(reported=True, stops_class=True),
     "timeout": Kind(timeout=True, stops_class=True), "class_budget": Kind(timeout=True, stops_class=True),
     "submission_budget": Kind(timeout=True, stops_class=True),

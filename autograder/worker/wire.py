@@ -13,14 +13,26 @@ import numpy as np
 
 DTYPES = ("float32", "float64", "float16", "bool", "int64", "int32")
 DTYPE_NAMES = {np.dtype(name): name for name in DTYPES}  # dtype.name takes ~5 µs, a lookup here ~0.1
-MAX_HEADER_BYTES = 1 << 20  # json.loads takes ~25× a header's size: the cap bounds that too
-MAX_FRAME_BYTES = 32 << 20  # honest replies are kilobytes; the cap bounds the grader's memory
+# Honest headers are under 1 KiB; json.loads takes ~25× a header's size: the cap bounds that too.
+MAX_HEADER_BYTES = 64 << 10
+# Honest replies are kilobytes (24 KiB at most grading the corpus): the cap bounds what a reply
+# costs the grader's memory, of which one example's calls hold several at once.
+MAX_FRAME_BYTES = 256 << 10
 MAX_DIMENSIONS = 32  # what any numpy accepts
 _PREFIX = struct.Struct(">QI")  # total payload length, header length
 
 
 class WireError(Exception):
     """A frame that does not follow the protocol (truncated, oversized or malformed)."""
+
+
+class FrameTooLarge(WireError):
+    """A message over MAX_FRAME_BYTES: the worker says so instead of sending it (the shape of its
+    largest array tells a student what to fix); the grader reads no such frame."""
+
+    def __init__(self, largest_shape):
+        super().__init__(f"message over {MAX_FRAME_BYTES} bytes")
+        self.largest_shape = largest_shape
 
 
 def _restore(value, arrays):
@@ -48,6 +60,8 @@ def encode(message):
             raise WireError(f"dtype {array.dtype.name} cannot cross the wire")
         specs.append([name, list(array.shape)])
     header = f'{{"body": {body}, "arrays": {json.dumps(specs)}}}'.encode()
+    if len(header) + sum(a.nbytes for a in arrays) > MAX_FRAME_BYTES:
+        raise FrameTooLarge(max((a.shape for a in arrays), key=math.prod, default=()))
     payload = b"".join(a.tobytes() for a in arrays)
     return _PREFIX.pack(len(header) + len(payload), len(header)) + header + payload
 
