@@ -711,10 +711,12 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
         index, error = failed
         if masks[index] is None:
             raise error
+        # Made first, so that its example names the call that raised.
+        failure = call_failure(error, "mask_not_accepted", shape=list(masks[index].shape), dtype=masks[index].dtype.name)
         if index > 0 and masks[0] is None:  # outputs of the wrong shape without a mask: no mask could fit them
             args, options = calls[0]
             shaped(0, module.run(*args, **options))
-        raise call_failure(error, "mask_not_accepted", shape=list(masks[index].shape), dtype=masks[index].dtype.name)
+        raise failure
     described = [mask is not None and {"shape": list(mask.shape), "dtype": mask.dtype.name} for mask in masks]
     # Inputs changed in place with no mask or the first one: reference_match's calls show it already.
     judge_inputs = not any(reply.modified for reply in replies[:2])
@@ -735,8 +737,10 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             want, bound, magnitude, _ = expected(i)[0]
             if np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
                 raise PropertyFailure("returned_weights_not_used", **described[i], count=int((leaked != 0).sum()))
-        require(not blocked.any() or leaked.max() == 0.0, "masked_weight_not_zero_mask", **described[i],
-                max_weight=float(leaked.max()) if leaked.size else 0.0, count=int((leaked != 0).sum()))
+        # NaN where the mask is 0 comes with NaN rows: the next check names those.
+        nonzero = leaked[np.isfinite(leaked) & (leaked != 0)]
+        require(not nonzero.size, "masked_weight_not_zero_mask", **described[i],
+                max_weight=float(nonzero.max()) if nonzero.size else 0.0, count=int(nonzero.size))
         # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
         nan_rows = ~np.isfinite(weights).all(axis=-1)
         require(not nan_rows.any(), "masked_row_not_finite", **described[i], count=int(nan_rows.sum()))

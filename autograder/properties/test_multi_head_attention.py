@@ -180,7 +180,6 @@ def test_reference_match(worker, dims, scales):
     optimizer step changes them). Tq, Tk >= 2: then the short calls can tell a mistake of the
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
-    example(**dims, dropout=0.2, scales=list(scales))
     first, second, third = scales
     mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
     mask[0, 0, -1] = 0  # one closed position at least: the short calls try the mask too
@@ -188,6 +187,7 @@ def test_reference_match(worker, dims, scales):
              (cross_inputs(rng, dims, third), {"mask": mask})]
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
     long_dims = {**dims, "Tq": long_time(rng), "Tk": long_time(rng)}
+    example(**dims, dropout=0.2, scales=list(scales), Tq2=long_dims["Tq"], Tk2=long_dims["Tk"])
     padded = cross_inputs(rng, long_dims)
     padded[1][:, -1] = 0.0
     long_mask = random_mask(rng, dims["B"], long_dims["Tq"], long_dims["Tk"])

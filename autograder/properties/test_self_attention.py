@@ -129,7 +129,6 @@ def test_reference_match(worker, dims, scales):
     an optimizer step changes them). T >= 2: then the short calls can tell a mistake of the weights
     (with one position, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims)
-    example(**dims, scales=list(scales))
     B, T = dims["B"], dims["T"]
     first, second, third = scales
     xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
@@ -137,6 +136,7 @@ def test_reference_match(worker, dims, scales):
     mask[0, 0, -1] = 0  # one closed position at least: the short calls try the mask too
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
     long_dims = {**dims, "T": long_time(rng)}
+    example(**dims, scales=list(scales), T2=long_dims["T"])
     padded = inputs(rng, long_dims)
     padded[:, -1] = 0.0
     long_mask = random_mask(rng, B, long_dims["T"], long_dims["T"])
