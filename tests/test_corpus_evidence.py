@@ -196,6 +196,16 @@ def test_weights_returned_from_before_dropout_are_not_those_of_the_output():
     assert (output - multi_head_from(mha, weights, KEY)).abs().max() > 1e-3  # ...yet the output used dropped ones
 
 
+def test_dropout_on_the_output_leaves_the_weights_whole():
+    mha = load("mha_dropout_on_output").MultiHeadAttention(4, 2, 0.5).double()
+    evaluated = mha.eval()(QUERY, KEY, KEY)[0]
+    torch.manual_seed(3)
+    output, weights = mha.train()(QUERY, KEY, KEY)
+    assert torch.allclose(weights, multi_head(mha, QUERY, KEY, KEY)[1])  # no attention weight dropped...
+    dropped = output == 0
+    assert dropped.any() and torch.allclose(output[~dropped], evaluated[~dropped] * 2)  # ...the output's entries were
+
+
 def multi_head_from(mha, weights, value):
     B, h = value.shape[0], mha.num_heads
     v = mha.W_V(value).view(B, -1, h, mha.d_k).transpose(1, 2)

@@ -341,6 +341,14 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+def dropped_entrywise(trained, evaluated, p):
+    """Whether `trained` is `evaluated` with some entries dropped (exactly 0) and the rest divided
+    by (1 - p): nn.Dropout's mark, on whatever tensor it was applied to. Never fails."""
+    dropped = (trained == 0) & (evaluated != 0)
+    kept = ~dropped
+    return bool(dropped.any()) and np.allclose(trained[kept], evaluated[kept] / (1 - p), atol=1e-5, rtol=1e-4)
+
+
 MIN_FIRST_TOKEN_DRAWS = 64
 
 

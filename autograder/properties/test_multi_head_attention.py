@@ -253,10 +253,12 @@ def test_train_dropout(worker, dims, seed, p):
             checks.dropout_on_weights(train_weights, eval_weights, p)
         except PropertyFailure as failure:
             # No drop in the weights returned, yet a train output they do not explain: the module
-            # drops its weights but returns them from before dropout.
+            # drops its output's entries, or drops its weights but returns them from before dropout.
             if failure.code == "dropout_not_applied" and output_from_weights and not np.allclose(
                     trained, from_train, atol=1e-5, rtol=1e-4):
-                raise PropertyFailure("returned_weights_before_dropout", p=p) from None
+                dropped_output = checks.dropped_entrywise(trained, evaluated, p)
+                raise PropertyFailure("dropout_on_output" if dropped_output else "returned_weights_before_dropout",
+                                      p=p) from None
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
         # Judged where the masked eval weights are weights (finite rows summing to one): a mask
