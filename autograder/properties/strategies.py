@@ -65,11 +65,11 @@ def multi_head_dims(draw, min_batch=1, min_time=1, min_heads=1):
 
 
 @st.composite
-def causal_dims(draw, min_batch=1, min_time=1, min_block=1):
+def causal_dims(draw, min_batch=1, min_time=1, min_block=1, max_block=None):
     """min_block: a property that must see long sequences (a window that reads only the last few
-    tokens is wrong only beyond it) asks for a block_size of at least that."""
+    tokens is wrong only beyond it) asks for a block_size of at least that, up to max_block."""
     heads = draw(integers(1, 4))
-    block = draw(integers(max(min_time, min_block), max(8, min_block + 2)))
+    block = draw(integers(max(min_time, min_block), max_block or max(8, min_block + 2)))
     return {
         "B": draw(integers(min_batch, 3)),
         "T": draw(integers(min_time, block)),

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, expect_close, require
-from .harness import INPUT_SCALES, Remote, gaussian, graded, one_row, runs_until_failure
+from .harness import INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, one_row, runs_until_failure
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 
 CLS = "CausalSelfAttention"
@@ -138,11 +138,13 @@ def test_causality(worker, dims, data):
 
 
 @graded(CLS, "reference_match")
-@given(dims=causal_dims(min_block=8), short=st.integers(1, 7), scales=st.permutations(INPUT_SCALES))
+@given(dims=causal_dims(min_block=LONG_TIMES[0], max_block=LONG_TIMES[1]), short=st.integers(1, 7),
+       scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, short, scales):
-    """Five calls on one module, an input at each scale: one of the full block_size (a window over
-    the last few tokens shows there), then two short ones (nothing kept from the longer call: a
-    mask cut from its end sees the future), then the first short one again, before and after the
+    """Five calls on one module, an input at each scale: one of the full block_size, as long as the
+    other classes' long call (a window over the last few tokens, or anything else that goes wrong
+    only on long sequences, shows there), then two short ones (nothing kept from the longer call:
+    a mask cut from its end sees the future), then the first short one again, before and after the
     parameters change in place (as an optimizer step changes them). Longer after shorter is
     `shapes`' business."""
     dims = {**dims, "T": short}
