@@ -210,3 +210,18 @@ def multi_head_from(mha, weights, value):
     B, h = value.shape[0], mha.num_heads
     v = mha.W_V(value).view(B, -1, h, mha.d_k).transpose(1, 2)
     return mha.W_O((weights @ v).transpose(1, 2).reshape(B, -1, mha.d_model))
+
+
+def test_a_dropout_p_kept_from_cfg_ignores_attn_drop_changed_later():
+    module = load("causal_fused_dropout_p_from_cfg")
+    csa = module.CausalSelfAttention(config(module, dropout=0.0))
+    csa.attn_drop.p = 0.5  # the statement's dropout_p is this, read when forward runs
+    x = torch.randn(64, 6, 8)
+    csa.train()
+    torch.manual_seed(0)
+    explicit = csa(x)
+    torch.manual_seed(0)
+    fused = csa(x, fused=True)
+    undropped = causal(csa, x)
+    assert (explicit - undropped).abs().max() > 1e-3  # the explicit path drops attention weights...
+    assert torch.allclose(fused, undropped)  # ...the fused one drops none

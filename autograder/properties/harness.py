@@ -64,14 +64,16 @@ class Remote:
     rather than one filled with noise. load_scale (parameters.draw's scale) multiplies some rows of
     one layer after the same draws: the keys alone, say. A contract layer missing from the module
     fails the build (missing_parameters), unless `required` leaves it out: then the others are
-    loaded and `missing_layers` names it.
+    loaded and `missing_layers` names it. then_set ({"submodule.attribute": value}) is set once the
+    module is built and loaded: a dropout's p changed after building, say.
 
     Every failure raised while a request is out carries a description of the call at fault
     (failures.calling): the request the worker failed on, else the last build or call sent, or the
     last reply read.
     """
 
-    def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, **kwargs):
+    def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, then_set=None,
+                 **kwargs):
         self.worker, self.cls = worker, cls
         self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
@@ -84,7 +86,7 @@ class Remote:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
         self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load,
-                                         "config": BUILD_CONFIG[cls]})
+                                         "config": BUILD_CONFIG[cls], **({"then_set": then_set} if then_set else {})})
         self._description = None
 
     def build(self):

@@ -12,8 +12,13 @@ CLS = "CausalSelfAttention"
 
 
 def build(worker, dims, dropout=0.0, load_seed=None, **load):
-    """load: Remote's other load options (load_scale, required)."""
+    """The example's module. load: Remote's other options (load_scale, required, then_set)."""
     example(**dims, dropout=dropout)
+    return another(worker, dims, dropout, load_seed, **load)
+
+
+def another(worker, dims, dropout=0.0, load_seed=None, **load):
+    """One more module in the same example (what was recorded of the example stays)."""
     C = dims["n_embd"]
     return Remote(worker, CLS, load_seed, **load, layer_shapes={"qkv": (3 * C, C), "proj": (C, C)},
                   n_embd=C, n_head=dims["n_head"], block_size=dims["block_size"], dropout=dropout)
@@ -205,11 +210,13 @@ def test_train_dropout(worker, dims, seed, p):
     calls = ((x, False, 0), (x, True, 0), (x, True, 1), (future, True, 0), (x, True, 0))
     replies = module.runs(*(((data,), {"fused": fused, "train": train, "seed": seed + again})
                             for fused in (False, True) for data, train, again in calls))
+    clean = []  # the paths whose eval output is the reference's and whose train output leaks nothing
     for fused, evaluated, trained, redrawn, changed, again in ((False, *replies[:5]), (True, *replies[5:])):
         path = f"fused={fused}"
         trained = output(trained, dims)
         leaks = checks.train_output_leaks(trained, output(changed, dims), output(again, dims))
         if not leaks and np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
+            clean.append(fused)
             first, second = (checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, y, path)
                              for y in (trained, output(redrawn, dims)))
             seen = (first >= 0) & (second >= 0)  # B·h >= 128 weights drawn twice: see checks.dropout_redrawn
@@ -231,6 +238,15 @@ def test_train_dropout(worker, dims, seed, p):
                 if not biased or failure.code != "dropout_wrong_rate":
                     raise
                 checks.resid_dropout_zeros(trained, p, dims["n_head"], False, path)
+    # dropout_p is attn_drop's p, read when the call runs (the statement): the same module built
+    # without dropout, its attn_drop.p set afterwards (as a user turns dropout on or off in a model
+    # already built), drops attention weights on each path; resid_drop stays off. Judged on the
+    # paths found right above: with B·h >= 128 heads, no correct dropout leaves every weight whole.
+    later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"attn_drop.p": p})
+    for fused in clean:
+        evaluated, trained = later.runs(*(((x,), {"fused": fused, "train": train, "seed": seed}) for train in (False, True)))
+        require(not np.array_equal(output(evaluated, dims), output(trained, dims)), "attn_drop_p_not_read",
+                path=f"fused={fused}", p=p)
 
 
 @graded(CLS, "gradients")

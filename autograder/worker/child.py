@@ -159,12 +159,14 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None):
+    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None):
         """Build the class as `handle` (the grader names it, so that it can send the next request
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
         the parameters the grader chose (parameters.draw) into those layers; with config
         ({"class", "fields"}), pass the constructor one config object (config_object) instead of
-        keywords. Returns the parameters' shapes."""
+        keywords; with then_set ({"submodule.attribute": value}), set those attributes of the
+        built module's submodules that exist, as a user changes a dropout's p after building.
+        Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -173,7 +175,13 @@ class Worker:
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
         self.instances[handle] = instance
-        return {"params": self._load(instance, load)}
+        shapes = self._load(instance, load)
+        submodules = members(instance)[3]
+        for dotted, value in (then_set or {}).items():
+            path, _, attribute = dotted.rpartition(".")
+            if path in submodules:
+                setattr(submodules[path], attribute, value)
+        return {"params": shapes}
 
     def _load(self, module, load):
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
