@@ -176,7 +176,7 @@ class Worker:
             raise StudentError("not_a_module", "")
         self.instances[handle] = instance
         shapes = self._load(instance, load)
-        submodules = members(instance)[3]
+        submodules = members(instance)[3] if then_set else {}
         for dotted, value in (then_set or {}).items():
             path, _, attribute = dotted.rpartition(".")
             if path in submodules:
