@@ -80,7 +80,7 @@ ONE_CLASS = {
     "sa_unprintable_exception": ("SelfAttention", ["submission.exception"]),
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
-AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue"}
+AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
 # namespace's scratch space, over a limit in the uid layer alone (which counts files and depth,
 # so the import fails with this code); left behind in neither.
@@ -390,6 +390,7 @@ def test_what_defeats_a_single_remover_is_contained(graded, name):
 def test_forged_replies_are_the_submissions_protocol_failures(graded, name):
     failed = {o.code for o in graded[name]["outcomes"] if o.status != "passed"}
     assert failed == {"submission.protocol"}
+    assert graded[name]["grader_peak_mib"] < 150  # refused replies are not kept
 
 
 @pytest.mark.parametrize("name", sorted(HUGE))

@@ -131,3 +131,28 @@ def test_read_message_reads_one_frame_and_reports_a_cut_stream():
     assert wire.read_message(stream) == {"op": "probe", "args": {}}
     with pytest.raises(EOFError):
         wire.read_message(stream)
+
+
+def test_reply_bytes_beyond_what_an_exchange_can_hold_are_a_protocol_failure():
+    """A worker that writes without end while the grader is still sending (its request pipe
+    full) once filled the grader's inbox without bound (2.1 GB in 13 s): now the grader stops at
+    client.MAX_INBOX_BYTES, as the submission's protocol failure."""
+    import os
+    from types import SimpleNamespace
+
+    from autograder.worker import client
+    from autograder.worker.submission_errors import SubmissionError
+
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    grader = SimpleNamespace(response_fd=read, inbox=bytearray(), _crash=None)
+    try:
+        with pytest.raises(SubmissionError) as caught:
+            for _ in range(client.MAX_INBOX_BYTES // 4096 + 2):
+                os.write(write, b"\0" * 4096)
+                client.Worker._read_replies(grader, [read])
+        assert caught.value.kind == "protocol"
+        assert len(grader.inbox) <= client.MAX_INBOX_BYTES + 4096
+    finally:
+        os.close(read)
+        os.close(write)

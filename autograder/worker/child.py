@@ -101,17 +101,30 @@ def _student_error(exc, path):
     string, a SyntaxError whose attributes raise): what cannot be read is left out."""
     frames = _readable(lambda: traceback.extract_tb(exc.__traceback__), [])
     line = next((frame.lineno for frame in reversed(frames) if os.path.abspath(frame.filename) == path), None)
-    if isinstance(exc, SyntaxError):
+    kind_of = _CLASS_OF(exc)  # not exc.__class__, which the submission's class can make raise
+    if issubclass(kind_of, SyntaxError):
         line = _readable(lambda: exc.lineno if os.path.abspath(exc.filename or "") == path else line, line)
     text = _readable(lambda: str.__str__(str(exc))[:500], "")
-    if isinstance(exc, NotImplementedError) and _raised_by_student(frames, path):
+    if issubclass(kind_of, NotImplementedError) and _raised_by_student(frames, path):
         kind = "not_implemented"
-    elif isinstance(exc, MemoryError) or "can't allocate memory" in text:
+    elif issubclass(kind_of, MemoryError) or "can't allocate memory" in text:
         kind = "memory"
     else:
         kind = "exception"
-    return {"kind": kind, "message": text, "line": line, "type": type(exc).__name__,
-            "types": [c.__name__ for c in type(exc).__mro__[:MRO_SHOWN]]}  # a ValueError subclass is a ValueError
+    names = _readable(lambda: [_name_of(c) for c in _MRO.__get__(kind_of)[:MRO_SHOWN]], [])
+    return {"kind": kind, "message": text, "line": line, "type": names[0] if names else "",
+            "types": names}  # a ValueError subclass is a ValueError
+
+
+def _name_of(cls):
+    """A class's name, bounded."""
+    return str.__str__(_NAME.__get__(cls))[:MAX_NAME]
+
+
+MAX_NAME = 80
+# type and its own descriptors, taken before any submission runs: a metaclass can make a class's
+# __name__ or __mro__ anything, and a submission can shadow `type` in this module.
+_CLASS_OF, _NAME, _MRO = type, type.__dict__["__name__"], type.__dict__["__mro__"]
 
 
 def _readable(read, otherwise):
@@ -207,7 +220,9 @@ class Worker:
                 "shape": list(b.shape),
                 "dtype": str(b.dtype).replace("torch.", ""),
                 "persistent": name in persistent,
-                "values": self._to_numpy(b) if b.numel() <= 1 << 16 else None,
+                # values only where a check reads them: a boolean mask, small (a module's other
+                # buffers, however large, must not push the reply over the frame cap)
+                "values": self._to_numpy(b) if b.dtype == self.torch.bool and b.numel() <= 1 << 12 else None,
             }
             for name, b in named_buffers.items()
         }

@@ -34,6 +34,11 @@ class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 
+# What the replies to one exchange can hold unread: 16 replies of the largest frame (an honest
+# exchange sends at most 13 requests, whose replies take a few KiB each).
+MAX_INBOX_BYTES = 16 * (wire.PREFIX_SIZE + wire.MAX_FRAME_BYTES)
+
+
 def _names(value):
     """The exception's class names the worker sent (a list of strings), bounded; () for anything else.
     Only names a class statement could have given (identifiers, dotted): a class's __name__ can be
@@ -347,12 +352,17 @@ class Worker:
             self.watch.check(self.proc.pid, self.sandbox)
 
     def _read_replies(self, readable):
-        """Append what the worker wrote to the inbox, when select found some; a closed pipe is a crash."""
+        """Append what the worker wrote to the inbox, when select found some; a closed pipe is a crash.
+        Bytes no exchange's replies could add up to (MAX_INBOX_BYTES) are the submission's protocol
+        failure: a worker that writes without end while the grader is still sending would otherwise
+        fill the grader's memory, outside the worker's limit."""
         if self.response_fd in readable:
             chunk = os.read(self.response_fd, 1 << 20)
             if not chunk:
                 raise self._crash()
             self.inbox += chunk
+            if len(self.inbox) > MAX_INBOX_BYTES:
+                raise SubmissionError("protocol", f"more than {MAX_INBOX_BYTES} reply bytes unread")
 
     def _take_reply(self):
         """Cut the first whole frame off the inbox and decode it; None while it is incomplete."""

@@ -1,6 +1,7 @@
 """Hostile submission (sa_unprintable_exception): SelfAttention.forward raises an exception that
-cannot be read: its __str__ returns no string (str() of it raises TypeError), and its class's
-__name__ is a sentence that reads like the grader's own internal error. The worker still describes
+cannot be read: its __str__ returns no string (str() of it raises TypeError), its __class__ and
+its metaclass's __name__ raise, and its class's own name is a sentence that reads like the
+grader's own internal error. The worker still describes
 it (the class's first base with a class name, no message) and carries on: only SelfAttention
 loses its points, as an exception of the submission's."""
 import math
@@ -19,12 +20,22 @@ class Cfg:
     dropout: float = 0.0
 
 
-class Unreadable(RuntimeError):
+class _Nameless(type):
+    @property
+    def __name__(cls):
+        raise RuntimeError("no name")
+
+
+class Unreadable(RuntimeError, metaclass=_Nameless):
+    @property
+    def __class__(self):
+        raise RuntimeError("no class")
+
     def __str__(self):
         return 1
 
 
-Unreadable.__name__ = "un error interno del corrector (no es culpa tuya; avisa al equipo docente)"
+type.__dict__["__name__"].__set__(Unreadable, "un error interno del corrector (no es culpa tuya; avisa al equipo docente)")
 
 
 class SelfAttention(nn.Module):
