@@ -225,3 +225,14 @@ def test_a_dropout_p_kept_from_cfg_ignores_attn_drop_changed_later():
     undropped = causal(csa, x)
     assert (explicit - undropped).abs().max() > 1e-3  # the explicit path drops attention weights...
     assert torch.allclose(fused, undropped)  # ...the fused one drops none
+
+
+def test_attn_drop_on_the_output_drops_outputs_that_resid_drop_would_keep():
+    module = load("causal_attn_drop_on_output")
+    csa = module.CausalSelfAttention(config(module, dropout=0.0))
+    csa.attn_drop.p = 0.5  # resid_drop.p stays 0: no entry of the output may be dropped
+    x = torch.randn(64, 6, 8)
+    torch.manual_seed(0)
+    trained = csa.train()(x)
+    assert (trained == 0).sum() > 100 and not (causal(csa, x) == 0).any()
+

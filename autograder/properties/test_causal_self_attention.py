@@ -243,13 +243,18 @@ def test_train_dropout(worker, dims, seed, p):
     # already built), drops attention weights on each path; resid_drop stays off. Judged on the
     # paths found right above, on the first rows of x: with B·h >= 64 heads of T >= 2 tokens (192
     # weights at least), a correct dropout leaves every weight whole with probability < 1e-23.
-    later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"attn_drop.p": p})
     rows = {**dims, "B": -(-64 // dims["n_head"])}
+    example(**rows, dropout=p)  # what a failure below is about: these rows, this module
+    later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"attn_drop.p": p})
     for fused in clean:
-        evaluated, trained = later.runs(*(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed})
-                                          for train in (False, True)))
-        require(not np.array_equal(output(evaluated, rows), output(trained, rows)), "attn_drop_p_not_read",
-                path=f"fused={fused}", p=p)
+        evaluated, trained = (output(reply, rows) for reply in later.runs(
+            *(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed}) for train in (False, True))))
+        require(not np.array_equal(evaluated, trained), "attn_drop_p_not_read", path=f"fused={fused}", p=p)
+        # With resid_drop's p still 0, no entry of the output is dropped: attn_drop acts on the
+        # weights only (a module that applies it to the output too, and never resid_drop, would
+        # pass every check where the two share one p).
+        zeroed = int(((trained == 0) & (evaluated != 0)).sum())
+        require(not zeroed, "attn_drop_on_output", path=f"fused={fused}", p=p, count=zeroed)
 
 
 @graded(CLS, "gradients")
