@@ -156,3 +156,18 @@ def test_reply_bytes_beyond_what_an_exchange_can_hold_are_a_protocol_failure():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_an_exchange_sends_no_more_requests_than_the_inbox_bound_counts_on():
+    """MAX_INBOX_BYTES holds one largest frame per request of an exchange: more requests than
+    MAX_REQUESTS in one exchange would let honest replies overflow it, so the grader refuses to
+    send them (its own bug, not the student's), before anything reaches the worker."""
+    from types import SimpleNamespace
+
+    from autograder.errors import GraderBug
+    from autograder.worker import client
+
+    untouched = SimpleNamespace()  # any attribute the call reached for would raise AttributeError
+    with pytest.raises(GraderBug):
+        client.Worker.calls(untouched, "SelfAttention", [("forward", {})] * (client.MAX_REQUESTS + 1))
+    assert client.MAX_INBOX_BYTES == client.MAX_REQUESTS * (wire.PREFIX_SIZE + wire.MAX_FRAME_BYTES)

@@ -118,10 +118,9 @@ def _student_error(exc, path):
 
 def _name_of(cls):
     """A class's name, bounded."""
-    return str.__str__(_NAME.__get__(cls))[:MAX_NAME]
+    return str.__str__(_NAME.__get__(cls))[:wire.MAX_NAME_CHARS]
 
 
-MAX_NAME = 80
 # type and its own descriptors, taken before any submission runs: a metaclass can make a class's
 # __name__ or __mro__ anything, and a submission can shadow `type` in this module.
 _CLASS_OF, _NAME, _MRO = type, type.__dict__["__name__"], type.__dict__["__mro__"]

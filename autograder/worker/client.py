@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from ..errors import MachineError
+from ..errors import GraderBug, MachineError
 from . import protocol, wire
 from ..submission import cell_lines, ipython_command
 from ..text import clean_tree, json_needs_cleaning
@@ -34,9 +34,10 @@ class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 
-# What the replies to one exchange can hold unread: 16 replies of the largest frame (an honest
-# exchange sends at most 13 requests, whose replies take a few KiB each).
-MAX_INBOX_BYTES = 16 * (wire.PREFIX_SIZE + wire.MAX_FRAME_BYTES)
+# The requests one exchange may send (the suite sends at most 11, grading the corpus), and what
+# their replies can hold unread: one frame of the largest size each.
+MAX_REQUESTS = 16
+MAX_INBOX_BYTES = MAX_REQUESTS * (wire.PREFIX_SIZE + wire.MAX_FRAME_BYTES)
 
 
 def _names(value):
@@ -45,7 +46,7 @@ def _names(value):
     set to any text, such as a sentence that reads like the grader's own."""
     if not isinstance(value, list):
         return ()
-    return tuple(name[:80] for name in value[:8] if isinstance(name, str) and _is_class_name(name))
+    return tuple(name[:wire.MAX_NAME_CHARS] for name in value[:8] if isinstance(name, str) and _is_class_name(name))
 
 
 def _exception_type(error):
@@ -101,6 +102,8 @@ class Worker:
         for the next exchange. If the first failure is one that no input avoids (a timeout, a
         crash, code not written yet...), it is raised as SubmissionHalted instead.
         """
+        if len(requests) > MAX_REQUESTS:  # the inbox's bound counts on it
+            raise GraderBug(f"{len(requests)} requests in one exchange (at most {MAX_REQUESTS})")
         try:
             self._send_requests(owner, requests)
         except SubmissionError as exc:

@@ -19,6 +19,7 @@ DTYPE_NAMES = {np.dtype(name): name for name in DTYPES}  # dtype.name takes ~5 Â
 MAX_FRAME_BYTES = 256 << 10
 MAX_HEADER_BYTES = MAX_FRAME_BYTES  # a module with thousands of parameters names them all in its header
 MAX_DIMENSIONS = 32  # what any numpy accepts
+MAX_NAME_CHARS = 80  # an exception class's name, as the worker sends it and the grader shows it
 _PREFIX = struct.Struct(">QI")  # total payload length, header length
 
 
