@@ -63,6 +63,18 @@ def test_a_message_agrees_in_number_with_its_count(language, one, many):
         assert feedback.headline(outcome, language) == expected
 
 
+@pytest.mark.parametrize("language, verb", [("es", "no reciben gradiente"), ("en", "receive no gradient")])
+def test_a_long_list_of_names_shows_the_first_and_how_many_more(language, verb):
+    """A module with thousands of parameters without a gradient once had every name on the page."""
+    names = [f"extra.{i}" for i in range(3000)]
+    outcome = Outcome("SelfAttention", "gradients", "failed", "no_gradient", {"names": names})
+    line = feedback.headline(outcome, language)
+    assert ", ".join(names[:feedback.LISTED_NAMES]) + ", … (+2992) " + verb in line
+    assert len(line) < 300 and "extra.8," not in line
+    few = Outcome("SelfAttention", "gradients", "failed", "no_gradient", {"names": names[:feedback.LISTED_NAMES]})
+    assert "…" not in feedback.headline(few, language)
+
+
 def test_a_parameter_the_outcome_lacks_shows_as_a_question_mark_not_an_error():
     outcome = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0})
     assert feedback.headline(outcome, "es") == ("La escala medida de los puntajes es 1.0; se esperaba 1/√d_k = ? "

@@ -60,7 +60,8 @@ class _Formatter(string.Formatter):
     - "{value:one|many}" is the form that agrees with the value: `many` for a number other than 1,
       a list of other than one item, a plural word of the table, or True; `one` otherwise. So a
       template says "{count} {count:valor|valores}" or "{what} {what:difiere|difieren}".
-    - a list of names is written "W_Q.weight, W_K.weight"; a list of integers (a shape, an index)
+    - a list of names is written "W_Q.weight, W_K.weight" (the first LISTED_NAMES, then how many
+      more); a list of integers (a shape, an index)
       as a tuple, "(2, 3, 4)", as the call in the example line writes shapes.
     """
 
@@ -90,8 +91,13 @@ def _listed(values):
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return str(tuple(values))
     if all(isinstance(v, str) for v in values):
-        return ", ".join(values) or "—"
+        shown = ", ".join(values[:LISTED_NAMES]) or "—"
+        # a module with thousands of parameters would fill the page; the count reads in any language
+        return shown if len(values) <= LISTED_NAMES else f"{shown}, … (+{len(values) - LISTED_NAMES})"
     return str(values)
+
+
+LISTED_NAMES = 8
 
 
 class CatalogError(UsageError):
