@@ -22,7 +22,7 @@ def cmd_grade(args):
     graded = grade(args.submission, config, out_dir=args.out)
 
     print_summary(graded.scored, config.language)
-    print(f"isolation: {', '.join(graded.isolation) or 'none (not root: the worker runs as you)'}")
+    print(f"isolation: {_isolation(graded.isolation)}")
     if args.out:
         print(f"results: {Path(args.out) / 'results.json'}  ({graded.seconds:.1f} s)")
     internal = [o for o in graded.outcomes if o.code == "grader_error"]
@@ -30,6 +30,13 @@ def cmd_grade(args):
         print(f"grader error in {len(internal)} test(s): {internal[0].params.get('error')}", file=sys.stderr)
         return GraderBug.exit_code
     return 0
+
+
+def _isolation(layers):
+    """The worker's layers; with none, why: no code ran (an unreadable submission), or not root."""
+    if layers:
+        return ", ".join(layers)
+    return "none (no code of the submission ran)" if os.geteuid() == 0 else "none (not root: the worker runs as you)"
 
 
 def cmd_test(args):

@@ -380,7 +380,12 @@ def _decode(data, name):
         if not name.endswith(".py"):
             raise SubmissionUnreadable("not_utf8", file=name) from None
         text = _declared_encoding(data, name)
-    return notebook_source(text, name) if name.endswith(".ipynb") or _renamed_notebook(text) else text
+    text = notebook_source(text, name) if name.endswith(".ipynb") or _renamed_notebook(text) else text
+    try:  # a declared codec (raw_unicode_escape, utf-7...) can decode to a lone surrogate, which
+        text.encode("utf-8")  # no UTF-8 copy, hash or compile() can hold
+    except UnicodeEncodeError:
+        raise SubmissionUnreadable("not_utf8", file=name) from None
+    return text
 
 
 def _declared_encoding(data, name):

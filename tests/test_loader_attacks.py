@@ -16,7 +16,7 @@ import tracemalloc
 import zipfile
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from autograder import feedback, submission
@@ -437,6 +437,18 @@ cell_values = st.fixed_dictionaries({}, optional={
 @given(st.binary(max_size=2000), st.sampled_from(["attention.py", "tarea.ipynb", "entrega.zip"]))
 def test_any_bytes_load_or_are_refused(scratch, data, name):
     loads_or_refuses(write(scratch / name, data))
+
+
+CODECS = ["latin-1", "cp1252", "koi8-r", "shift_jis", "raw_unicode_escape", "unicode_escape", "utf-7",
+          "utf-16", "punycode", "idna", "rot13", "hex", "base64", "no-such-codec"]
+
+
+@FUZZ
+@given(st.sampled_from(CODECS), st.binary(max_size=300) | st.sampled_from([b"X = '\\ud800'", b"X = '\\udfff\\x00'"]))
+@example("raw_unicode_escape", b"X = '\\ud800'")  # once a traceback in the sandbox, and a batch stopped
+def test_a_py_declaring_any_codec_loads_or_is_refused(scratch, codec, body):
+    """PEP 263 lets a .py name any codec; the byte 0xff keeps it from reading as UTF-8, so it is used."""
+    loads_or_refuses(write(scratch / "attention.py", f"# -*- coding: {codec} -*-\n# ".encode() + b"\xff\n" + body))
 
 
 @FUZZ

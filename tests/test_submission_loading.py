@@ -251,6 +251,10 @@ def test_a_py_declaring_its_encoding_is_read_as_python_reads_it(tmp_path):
     "x = 'señal'\n".encode("latin-1"),                        # no declaration: Python refuses it too
     "# coding: utf-8\nx = 'señal'\n".encode("latin-1"),      # declared UTF-8, but it is not
     "# coding: no-such-codec\nx = 'señal'\n".encode("latin-1"),
+    # codecs that decode escapes to a lone surrogate, which no UTF-8 copy can hold (once a traceback
+    # in the sandbox, and a batch stopped while hashing); the byte 0xff keeps them from being UTF-8
+    b"# -*- coding: raw_unicode_escape -*-\n# \xff\nX = '\\ud800'\n",
+    b"# -*- coding: unicode_escape -*-\n# \xff\nX = '\\ud800'\n",
 ])
 def test_a_py_that_is_not_what_it_declares_is_unreadable(tmp_path, data):
     (tmp_path / "attention.py").write_bytes(data)
