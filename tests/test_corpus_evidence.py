@@ -236,3 +236,13 @@ def test_attn_drop_on_the_output_drops_outputs_that_resid_drop_would_keep():
     trained = csa.train()(x)
     assert (trained == 0).sum() > 100 and not (causal(csa, x) == 0).any()
 
+
+
+def test_self_attention_with_dropout_in_training_mode_is_not_the_formula():
+    module = load("sa_dropout_in_train")
+    sa = module.SelfAttention(8, 4)
+    x = torch.randn(2, 6, 8)
+    out, weights = sa.train()(x)
+    want, _ = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))
+    assert (out - want).abs().max() > 1e-2 and (weights.sum(-1) - 1).abs().max() > 1e-2
+    assert torch.allclose(sa.eval()(x)[0], want)  # right in eval: the mistake is train mode's alone

@@ -123,11 +123,13 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Six calls on one module: an input at each scale, the last with a mask, a longer sequence
+    """Seven calls on one module: an input at each scale, the first again in train mode (SelfAttention
+    has no dropout: train() changes nothing), the last scale with a mask, a longer sequence
     (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
-    scores are exactly 0, which a mask must not be confused with), then the first input again, before and after the parameters change in place (as
-    an optimizer step changes them). T >= 2: then the short calls can tell a mistake of the weights
-    (with one position, every row is [1]), and a miss first seen in the long call is about length."""
+    scores are exactly 0, which a mask must not be confused with), then the first input again,
+    before and after the parameters change in place (as an optimizer step changes them). T >= 2:
+    then the short calls can tell a mistake of the weights (with one position, every row is [1]),
+    and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
     first, second, third = scales
@@ -140,10 +142,10 @@ def test_reference_match(worker, dims, scales):
     padded = inputs(rng, long_dims)
     padded[:, -1] = 0.0
     long_mask = random_mask(rng, B, long_dims["T"], long_dims["T"])
-    calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"mask": mask}), ((padded,), {"mask": long_mask}), ((xs[0],), {}),
-             ((xs[0],), {"reload": reload})]
-    magnitudes = [first, second, third, 1.0, first, first]
-    shapes = [dims, dims, dims, long_dims, dims, dims]
+    calls = [((xs[0],), {}), ((xs[0],), {"train": True}), ((xs[1],), {}), ((xs[2],), {"mask": mask}),
+             ((padded,), {"mask": long_mask}), ((xs[0],), {}), ((xs[0],), {"reload": reload})]
+    magnitudes = [first, first, second, third, 1.0, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
@@ -153,7 +155,8 @@ def test_reference_match(worker, dims, scales):
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
-                                  {3: ("reference_mismatch_long", {"positions": long_dims["T"]})})
+                                  {1: ("train_mode_changes_output", {}),
+                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]})})
 
 
 @graded(CLS, "batch_independence")
