@@ -246,3 +246,24 @@ def test_self_attention_with_dropout_in_training_mode_is_not_the_formula():
     want, _ = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))
     assert (out - want).abs().max() > 1e-2 and (weights.sum(-1) - 1).abs().max() > 1e-2
     assert torch.allclose(sa.eval()(x)[0], want)  # right in eval: the mistake is train mode's alone
+
+
+def test_a_sliced_mask_kept_from_a_call_stays_behind_when_the_module_moves():
+    module = load("causal_mask_sliced_cache")
+    csa = module.CausalSelfAttention(config(module)).eval()
+    x = torch.randn(2, 5, 8)
+    assert torch.allclose(csa(x), causal(csa, x))  # right on the CPU
+    moved = csa.to("meta")
+    with pytest.raises(RuntimeError, match="device"):
+        moved(x.to("meta"))
+    fresh = module.CausalSelfAttention(config(module)).eval().to("meta")
+    assert fresh(x.to("meta")).shape == x.shape  # never called first: it moves as it should
+
+
+def test_dropout_tied_to_autograd_drops_in_eval_outside_no_grad():
+    module = load("mha_dropout_when_grad_enabled")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.5).eval()
+    with torch.no_grad():
+        assert torch.allclose(mha(QUERY, KEY, KEY)[0], multi_head(mha, QUERY, KEY, KEY)[0])
+    out, weights = mha(QUERY, KEY, KEY)  # eval, autograd on: as a model is often evaluated
+    assert (out - multi_head(mha, QUERY, KEY, KEY)[0]).abs().max() > 1e-2 and (weights == 0).any()

@@ -75,6 +75,15 @@ def test_a_long_list_of_names_shows_the_first_and_how_many_more(language, verb):
     assert "…" not in feedback.headline(few, language)
 
 
+@pytest.mark.parametrize("error", ["expected device cpu!", "use .reshape(...) instead.", "use .reshape(...) instead. "])
+def test_an_error_that_ends_its_own_sentence_is_not_given_a_second_stop(error):
+    """torch's messages end in "." or "!"; templates put a full stop after {error}: "instead.." once."""
+    outcome = Outcome("MultiHeadAttention", "masked_zero", "failed", "mask_not_accepted",
+                      {"exc_type": "RuntimeError", "line": 3, "shape": [2, 2], "dtype": "bool", "error": error})
+    line = feedback.headline(outcome, "es")
+    assert error.rstrip().rstrip(".!") + ". La máscara" in line and "!." not in line and "instead.." not in line
+
+
 def test_a_parameter_the_outcome_lacks_shows_as_a_question_mark_not_an_error():
     outcome = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0})
     assert feedback.headline(outcome, "es") == ("La escala medida de los puntajes es 1.0; se esperaba 1/√d_k = ? "

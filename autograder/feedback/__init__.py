@@ -396,15 +396,21 @@ def _template(outcome, failures):
                 code, params["name"] = "submission.name_error", undefined.group(1)
         template = failures.get(f"{code}.in_cell")
         if template:
-            return _without_empty_message(template, params), params
+            return _fitted(template, params), params
     params = {"cls": outcome.cls, **outcome.params}
-    return _without_empty_message(failures.get(outcome.code, outcome.code or ""), params), params
+    return _fitted(failures.get(outcome.code, outcome.code or ""), params), params
 
 
-def _without_empty_message(template, params):
-    """`raise ValueError()` has no message: the sentence ends where it would have begun."""
+def _fitted(template, params):
+    """The template, fitted to what the submission's exception said. `raise ValueError()` has no
+    message: the sentence ends where it would have begun. A message that ends its own sentence
+    ("... instead.", "... device cpu!") where the template puts a full stop after it loses its own
+    mark (params is the caller's copy): no line reads "instead.." or "cpu!." any more."""
     if params.get("message") == "" and template.endswith(": {message}"):
         return template[:-len(": {message}")] + "."
+    for key in ("error", "message"):
+        if isinstance(params.get(key), str) and f"{{{key}}}." in template:
+            params[key] = params[key].rstrip().rstrip(".!")
     return template
 
 

@@ -488,7 +488,20 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
             p=p, fraction=round(dropped / total, 3), dropped=dropped, total=total)
 
 
-def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True):
+def ran_once_on_cpu(call):
+    """Run call(), the module's first call, on the CPU, for what it leaves in the module (a model is
+    tried before it is moved). An exception there is the business of the properties that make
+    that call, not of the device check that follows."""
+    from ..worker.submission_errors import SubmissionError
+
+    try:
+        call()
+    except SubmissionError as exc:
+        if not exc.raised:
+            raise
+
+
+def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it.
 
     The meta device has no data, so code that reads values (an `if torch.all(mask ...)` check,
@@ -502,6 +515,9 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     well, that error is the submission's (unless cpu_failure_is_mine is False: a call another
     property already makes on the CPU, which names its failure there; then None). Other errors
     on meta (a tensor made on the CPU, .cpu(), .numpy(): torch names the devices) fail as before.
+    fresh: the same call on a module never called (attempt's has run on the CPU first, see
+    ran_once_on_cpu); made only after a device error, which it turns into device_kept_from_call
+    when the never-called module runs: forward kept a tensor in self that .to() does not move.
     """
     from ..worker.submission_errors import SubmissionError
 
@@ -520,7 +536,8 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
                 raise
             if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
                 where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}
-                raise PropertyFailure("wrong_device", device=device, error=exc.message, **where) from None
+                code = "device_kept_from_call" if fresh is not None and _runs(fresh, device) else "wrong_device"
+                raise PropertyFailure(code, device=device, error=exc.message, **where) from None
             return None
 
     reply = judged(attempt)
@@ -535,6 +552,19 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
         if cpu_failure_is_mine or not exc.raised:
             raise
         return None
+
+
+def _runs(call, device):
+    """Whether call(device) returns without an exception of the submission's."""
+    from ..worker.submission_errors import SubmissionError
+
+    try:
+        call(device)
+    except SubmissionError as exc:
+        if not exc.raised:
+            raise
+        return False
+    return True
 
 
 # What torch says when code needs a meta tensor's values (it has none): data-dependent Python
@@ -855,6 +885,22 @@ def agrees_with_reference(reply, index, expected, bound):
     (where gradients flow) judges it only on a forward pass that is right, so that one mistake of
     the forward pass does not cost this property as well."""
     return index < len(reply.outputs) and _within_reference(reply.outputs[index], expected, bound)
+
+
+def right_with_autograd(module, call, reply, expected, bound):
+    """Whether output 0 of `call`, an eval call made with autograd on (reply), is the reference's.
+    Where it is not but the same call under torch.no_grad() (as every call outside the gradient
+    checks is made) is, the forward pass depends on whether gradients are computed, not on
+    train()/eval(): dropout tied to torch.is_grad_enabled(), say, which is on in eval too whenever
+    a user evaluates without no_grad. Costs an exchange only after a miss."""
+    if agrees_with_reference(reply, 0, expected, bound):
+        return True
+    args, options = call
+    plain = {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads")}
+    again = module.run(*args, **plain)
+    calling(reply.call)  # the failure is about the call with autograd on
+    require(not agrees_with_reference(again, 0, expected, bound), "output_depends_on_grad_mode")
+    return False
 
 
 def _within_reference(actual, expected, bound):

@@ -284,7 +284,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
         checks.forward_finite(reply, "output_nan_upstream")  # NaN rows (a mask that closes a whole row): causality's
         if i == 0:
             out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
-            right.append(checks.agrees_with_reference(reply, 0, out, bound))
+            right.append(checks.right_with_autograd(module, calls[0], reply, out, bound))
         if i < 3:
             checks.gradients_reach_every_parameter(reply)
             if i == 0 and right[0]:  # judged where the forward pass is right: a wrong one is reference_match's
@@ -388,14 +388,16 @@ def test_fused_calls_sdpa(worker, dims):
 @graded(CLS, "device")
 @given(dims=causal_dims(), fused=st.booleans())
 def test_device(worker, dims, fused):
-    """On meta (and cuda), in eval and in train mode: a dropout mask made without device= only
-    shows in train mode."""
+    """On meta (and cuda), in eval and in train mode, after one call on the CPU (what forward keeps
+    in self must move with the module): a dropout mask made without device= only shows in train mode."""
     module, rng = loaded(worker, dims, dropout=0.2)
     x = inputs(rng, dims)
     shapes = [(dims["B"], dims["T"], dims["n_embd"])]
+    checks.ran_once_on_cpu(lambda: module.runs(((x,), {}), ((x,), {"fused": True})))  # both paths' leftovers
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=train), "meta", shapes,
-                              cpu_failure_is_mine=not train)
+                              cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
+                              .run(x, fused=fused, device=device, train=train))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)

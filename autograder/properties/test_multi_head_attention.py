@@ -309,7 +309,7 @@ def test_gradients(worker, dims, p, seed, data):
             if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
                 inputs64 = [t.astype(np.float64) for t in args]
                 out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
-                if checks.agrees_with_reference(reply, 0, out, e_out):
+                if checks.right_with_autograd(module, calls[0], reply, out, e_out):
                     checks.gradients_match_reference(
                         reply, module.params, lambda p: reference.multi_head_attention(p, dims["h"], *inputs64)[0],
                         everywhere, rng)
@@ -361,16 +361,18 @@ def test_large_inputs(worker, dims):
 @graded(CLS, "device")
 @given(dims=multi_head_dims())
 def test_device(worker, dims):
-    """On meta (and cuda), in eval and in train mode: a dropout mask made without device= only
-    shows in train mode."""
+    """On meta (and cuda), in eval and in train mode, after one call on the CPU (what forward keeps
+    in self must move with the module): a dropout mask made without device= only shows in train mode."""
     module, rng = loaded(worker, dims, dropout=0.2)
     args, mask = cross_inputs(rng, dims), masks(rng, dims)[0]
     B, Tq, Tk, h, d = dims["B"], dims["Tq"], dims["Tk"], dims["h"], dims["d_model"]
     shapes = [(B, Tq, d), (B, h, Tq, Tk)]
+    checks.ran_once_on_cpu(lambda: module.run(*args, mask=mask))
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
                               fallbacks=[lambda device: module.run(*args, device=device, train=train)],
-                              cpu_failure_is_mine=not train)
+                              cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
+                              .run(*args, mask=mask, device=device, train=train))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
