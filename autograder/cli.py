@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import config as grading_config
-from .errors import AutograderError, GraderBug
+from .errors import AutograderError, GraderBug, UsageError
 from .exercise import EXERCISE
 
 
@@ -18,6 +18,8 @@ def cmd_grade(args):
     from .grade import grade
     from .summary import print_summary
 
+    if not os.path.lexists(args.submission):  # a mistyped path, not a student's empty upload
+        raise UsageError(f"{args.submission}: no such file or folder")
     config = grading_config.load(args.config, args.lang)
     graded = grade(args.submission, config, out_dir=args.out)
 

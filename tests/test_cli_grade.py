@@ -54,6 +54,13 @@ def test_lang_en_gives_english_feedback(graded):
     assert [t["score"] for t in english[1]["tests"]] == [t["score"] for t in spanish[1]["tests"]]
 
 
+def test_a_mistyped_submission_path_exits_2_with_a_clear_message(tmp_path):
+    """Once exit 0 and a table of 48 errors: an instructor's typo is a usage error, not a grade."""
+    process = autograder("grade", tmp_path / "no_such.ipynb", "--out", tmp_path / "out")
+    assert process.returncode == 2 and "no_such.ipynb: no such file or folder" in process.stderr
+    assert "Traceback" not in process.stderr and not (tmp_path / "out").exists()
+
+
 def test_missing_config_exits_2_with_a_clear_message(tmp_path, solution_path):
     process = autograder("grade", solution_path, "--out", tmp_path, "--config", "/nonexistent/grading.yml")
     assert process.returncode == 2

@@ -325,6 +325,18 @@ def test_a_roster_without_keys_matches_by_email(store):
     assert joined.missing == [] and joined.unmatched == []
 
 
+def test_keys_that_differ_in_case_are_two_students_and_a_row_matching_both_exports_nothing():
+    """`luis.py` and `LUIS.py` once gave each of the two roster rows both submissions: two rows each,
+    with different scores, in every LMS export."""
+    submitted = {"luis.py": [Submitter("luis")], "LUIS.py": [Submitter("LUIS")], "ana.py": [Submitter("ana")],
+                 "ANA.ipynb": [Submitter("ANA")]}
+    people = {key: roster.Person(key, f"{key}@x.edu", key, "", "") for key in ("luis", "LUIS", "Ana")}
+    joined = roster.join(roster.Roster(tuple(people.items())), submitted)
+    assert joined.people == {"luis.py": [people["luis"]], "LUIS.py": [people["LUIS"]]}
+    assert joined.ambiguous == [("Ana", ["ana.py", "ANA.ipynb"])]  # neither is exactly Ana's: no grade
+    assert sorted(joined.unmatched) == ["ANA.ipynb", "ana.py"]
+
+
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     latin = tmp_path / "latin1.csv"

@@ -13,8 +13,10 @@ columns, by header (case and accents as written here, or the alternatives in ALI
   login    login / username (Canvas "SIS Login ID", Moodle "username")      optional
   section  Canvas section name                                              optional
 
-A row matches the submission whose key equals its key, or whose key without suffix does
-(case-insensitively); a row with an empty key matches a submission whose stored submitters
+A row matches the submission whose key equals its key, or whose key without suffix does;
+failing both, the same case-insensitively. A row that still matches several submissions
+(`Ana` beside `ana.py` and `ANA.ipynb`) matches none: it is listed in the report's warnings
+and exports no grade. A row with an empty key matches a submission whose stored submitters
 (a Gradescope export's) have the same email, or else the same sid. Several rows with the same
 key are a group: each becomes a row of the gradebook. A roster row that matches no submission
 is a student without one ("no submission" rows); a submission no row matches keeps its stored
@@ -124,10 +126,11 @@ class Joined:
 
 def join(roster, submissions):
     """Match roster rows to `submissions` ({key: stored submitters}); see the module's docstring."""
-    by_key, by_stem, by_email, by_sid = {}, {}, {}, {}
+    by_stem, by_folded, by_folded_stem, by_email, by_sid = {}, {}, {}, {}, {}
     for key, people in submissions.items():
-        by_key.setdefault(key.casefold(), []).append(key)
-        by_stem.setdefault(stem(key).casefold(), []).append(key)
+        by_stem.setdefault(stem(key), []).append(key)
+        by_folded.setdefault(key.casefold(), []).append(key)
+        by_folded_stem.setdefault(stem(key).casefold(), []).append(key)
         for person in people:
             if person.email:
                 by_email.setdefault(person.email.casefold(), []).append(key)
@@ -135,8 +138,9 @@ def join(roster, submissions):
                 by_sid.setdefault(person.sid, []).append(key)
     joined = Joined({}, [], [], [])
     for key, person in roster.rows:
-        if key:
-            found = by_key.get(key.casefold()) or by_stem.get(stem(key).casefold(), [])
+        if key:  # the exact key first: `luis` and `LUIS` are two students when both submitted
+            found = ([key] if key in submissions else by_stem.get(stem(key)) or by_folded.get(key.casefold())
+                     or by_folded_stem.get(stem(key).casefold(), []))
         else:
             found = by_email.get(person.email.casefold(), []) if person.email else []
             found = found or (by_sid.get(person.sid, []) if person.sid else [])
@@ -144,8 +148,9 @@ def join(roster, submissions):
         if not found:
             joined.missing.append(person)
             continue
-        if len(found) > 1:
+        if len(found) > 1:  # no grade is exported for a row that could be several students'
             joined.ambiguous.append((key or person.email or person.sid, found))
+            continue
         for match in found:
             joined.people.setdefault(match, []).append(person)
     joined.unmatched = [key for key in submissions if key not in joined.people]
