@@ -419,7 +419,8 @@ def _renamed_notebook(text):
         data = json.loads(text)
     except (ValueError, RecursionError):
         return False
-    return isinstance(data, dict) and isinstance(data.get("cells"), list) and "nbformat" in data
+    return isinstance(data, dict) and "nbformat" in data and (
+        isinstance(data.get("cells"), list) or isinstance(data.get("worksheets"), list))
 
 
 # ---- notebooks ---------------------------------------------------------------------------------
@@ -851,13 +852,24 @@ def cell_lines(source):
     return CellLines(runs)
 
 
+def _nbformat3_cells(worksheets):
+    """An nbformat 3 notebook's cells (still opened by Jupyter, which converts it): its worksheets'
+    cells in order, a code cell's source under "input"; None when it is not shaped so."""
+    if not (isinstance(worksheets, list) and all(isinstance(w, dict) and isinstance(w.get("cells"), list)
+                                                 for w in worksheets)):
+        return None
+    return [cell for worksheet in worksheets for cell in worksheet["cells"]]
+
+
 def _code_cells(text, name):
     """The source of each code cell; a notebook not shaped as nbformat's is refused, not guessed at."""
     try:
         notebook = json.loads(text)
     except (ValueError, RecursionError):
         raise SubmissionUnreadable("bad_notebook", file=name) from None
-    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    cells, source_key = (notebook.get("cells"), "source") if isinstance(notebook, dict) else (None, None)
+    if cells is None and isinstance(notebook, dict):
+        cells, source_key = _nbformat3_cells(notebook.get("worksheets")), "input"
     if not isinstance(cells, list):
         raise SubmissionUnreadable("bad_notebook", file=name)
     if len(cells) > MAX_CELLS:
@@ -868,7 +880,7 @@ def _code_cells(text, name):
             raise SubmissionUnreadable("bad_notebook", file=name)
         if cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
+        source = cell.get(source_key, "")
         if isinstance(source, list) and all(isinstance(line, str) for line in source):
             source = "".join(source)
         if not isinstance(source, str):

@@ -235,6 +235,22 @@ def test_a_written_exercise_file_is_graded_whatever_stands_beside_it(tmp_path):
     assert submission.load(make_tree(tmp_path, files)).filename == "attention.py"
 
 
+def test_an_nbformat3_notebook_is_read_from_its_worksheets(tmp_path):
+    """Jupyter still opens (and converts) nbformat 3; it was refused as not a notebook (0/48)."""
+    cells = [{"cell_type": "heading", "level": 1, "source": ["Tarea"]},
+             {"cell_type": "code", "language": "python", "input": ["import math\n", "print(1)"], "outputs": []},
+             {"cell_type": "markdown", "source": "texto"},
+             {"cell_type": "code", "language": "python", "input": SOLVED + "X = math.pi\n", "outputs": []}]
+    path = tmp_path / "tarea.ipynb"
+    path.write_text(json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {},
+                                "worksheets": [{"cells": cells[:2]}, {"cells": cells[2:]}]}), encoding="utf-8")
+    source = submission.load(path).source
+    assert "class SelfAttention" in source and "print(1)" not in source
+    assert "cells of the lines above: [[1,2,1,3]" in source  # code cell 2, as Jupyter numbers them
+    path.write_text(json.dumps({"nbformat": 3, "worksheets": [{"cells": 3}]}), encoding="utf-8")
+    assert unreadable_code(path)[0] == "bad_notebook"
+
+
 def test_a_py_declaring_its_encoding_is_read_as_python_reads_it(tmp_path):
     """PEP 263: a latin-1 file that says so is valid Python; its copy says utf-8, lines unmoved."""
     path = tmp_path / "attention.py"
