@@ -460,6 +460,19 @@ def test_a_name_error_at_import_says_what_of_a_notebook_runs(language, rule):
     assert rule not in feedback.headline(found, language)
 
 
+@pytest.mark.parametrize("language, rule", [("es", "un bloque with"), ("en", "a with block")], ids=["es", "en"])
+def test_a_name_error_in_a_call_says_what_of_a_notebook_runs_and_gives_no_unrelated_hint(language, rule):
+    """A constant assigned inside a `with` block, used by forward: the message named the cell, and the
+    hint said to check the shapes step by step."""
+    found = outcome("submission.exception", message="name 'NEG_INF' is not defined", exc_type="NameError",
+                    line=14, cell=4, op="forward")
+    text = feedback.message(found, language)
+    assert "«NEG_INF»" in text and rule in text and "forward" in text and " 4" in text
+    assert feedback.catalog(language)["labels"]["hint"] not in text
+    found.params.pop("cell")  # a .py: Python's own message, and the property's hint for errors
+    assert rule not in feedback.headline(found, language)
+
+
 def test_a_syntax_error_message_loses_the_module_line_python_adds():
     found = outcome("submission.syntax_error", message="invalid syntax (attention.py, line 57)",
                     exc_type="SyntaxError", line=3, cell=4)

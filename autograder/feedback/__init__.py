@@ -184,7 +184,7 @@ def message(outcome, language, context=None):
         if named:
             lines.append(named)
         hint = None
-        if not upstream:
+        if not upstream and not _unkept_name(outcome):
             hint = (context and context.shapes_first(outcome, language)) or _hint(outcome, texts["hints"])
         if hint:
             lines.append(f"{texts['labels']['hint']}: {hint}")
@@ -380,6 +380,17 @@ def render(scored, outcomes, language):
     return tests
 
 
+# A NameError in a notebook, on import or in a call: most often a name bound in code not kept
+# (inside a for or with block), which its message explains instead of the property's hint.
+NAME_ERRORS = {"submission.import_error": "submission.name_error", "submission.exception": "submission.name_error_in_call"}
+
+
+def _unkept_name(outcome):
+    params = outcome.params
+    return (outcome.code in NAME_ERRORS and isinstance(params.get("cell"), int) and params.get("exc_type") == "NameError"
+            and isinstance(params.get("message"), str) and _NOT_DEFINED.search(params["message"]) is not None)
+
+
 def _template(outcome, failures):
     """(template, parameters) of an outcome's first line: for a notebook's, the form naming its cell."""
     params = {"cls": outcome.cls, **outcome.params}
@@ -391,9 +402,9 @@ def _template(outcome, failures):
             missing, undefined = _NO_MODULE.search(message), _NOT_DEFINED.search(message)
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
-            elif code == "submission.import_error" and params.get("exc_type") == "NameError" and undefined:
+            elif code in NAME_ERRORS and params.get("exc_type") == "NameError" and undefined:
                 # most often a name the notebook binds in code not kept
-                code, params["name"] = "submission.name_error", undefined.group(1)
+                code, params["name"] = NAME_ERRORS[code], undefined.group(1)
         template = failures.get(f"{code}.in_cell")
         if template:
             return _fitted(template, params), params
