@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import reference
-from .failures import PropertyFailure, calling, diagnose_again, expect_close, require
+from .failures import PropertyFailure, calling, diagnose_again, expect_close, require, second_opinion
 
 ROW_SUM_ATOL = 1e-5
 
@@ -536,7 +536,7 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
                 raise
             if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
                 where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}
-                code = "device_kept_from_call" if fresh is not None and _runs(fresh, device) else "wrong_device"
+                code = "device_kept_from_call" if fresh is not None and second_opinion(lambda: _runs(fresh, device)) else "wrong_device"
                 raise PropertyFailure(code, device=device, error=exc.message, **where) from None
             return None
 
@@ -662,7 +662,7 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
     replies, failed = runs_until_failure(module, *calls)
     if failed:
         index, error = failed
-        if index == 1 and runs_until_failure(fresh(), calls[1])[1] is None:
+        if index == 1 and second_opinion(lambda: runs_until_failure(fresh(), calls[1])[1] is None):
             raise call_failure(error, "length_change_failed", first=lengths[0], then=lengths[1])
         if calls[index][1].get("noncontiguous"):
             raise call_failure(error, "noncontiguous_input_failed")
@@ -693,7 +693,7 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
             try:
                 matches_reference(actual, want, bound, code, magnitude, **params)
             except PropertyFailure as failure:
-                if i > 0 and matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped):
+                if i > 0 and second_opinion(lambda: matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped)):
                     code = "stale_after_new_parameters" if calls[i][1].get("reload") else "depends_on_earlier_calls"
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
@@ -770,7 +770,7 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             column = nan_in_closed_columns(weights, blocked)
             if column is not None:
                 raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
-            if i >= 2 and _closes_on_a_fresh_module(fresh(), calls[i], blocked, shaped):
+            if i >= 2 and second_opinion(lambda: _closes_on_a_fresh_module(fresh(), calls[i], blocked, shaped)):
                 raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
             want, bound, magnitude, _ = expected(i)[0]
             if np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
@@ -793,9 +793,9 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
                 matches_reference(actual, want, bound, "mask_form_mismatch", magnitude, what=what, call=i + 1,
                                   **described[i], first_shape=described[1]["shape"], first_dtype=described[1]["dtype"])
             except PropertyFailure as failure:
-                if matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped):  # a mask kept from before
+                if second_opinion(lambda: matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped)):  # a mask kept from before
                     raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, "calls": len(calls)}) from None
-                if _differs_from_first_form(fresh(), calls[i], got, canonical(masks[i]), shaped):
+                if second_opinion(lambda: _differs_from_first_form(fresh(), calls[i], got, canonical(masks[i]), shaped)):
                     raise
                 break
 

@@ -39,6 +39,22 @@ def calling(description):
         _current_call["call"] = description
 
 
+def second_opinion(judge):
+    """judge(): a verdict that builds a fresh module and calls it (did the same call fail there
+    too?), run without touching the example under test: a build records the example it is built
+    for, which once dropped what the failing example had added (a second length, the call at
+    fault) and the exchanges the diagnosis reads."""
+    example_now, call_now, exchanges_now = dict(_current_example), dict(_current_call), list(_exchanges)
+    try:
+        return judge()
+    finally:
+        _current_example.clear()
+        _current_example.update(example_now)
+        _current_call.clear()
+        _current_call.update(call_now)
+        _exchanges[:] = exchanges_now
+
+
 def current_example():
     """The example under test now (a copy), with the call at fault under "call" when there is one."""
     found = dict(_current_example)
