@@ -127,10 +127,7 @@ def grade(path, config, out_dir=None, slot=0, previous=None):
     # What made whole groups of tests fail at once (the file, a class not written yet) goes to the
     # top of results.json, once; each of those tests says it in one line.
     scored = scoring.score(collected.outcomes, config)
-    overview = feedback.overview(collected.outcomes, config.language)
-    if collected.graded_file:
-        overview = "\n".join(filter(None, (feedback.label("graded_file", config.language, file=collected.graded_file),
-                                            overview)))
+    overview = feedback.overview(collected.outcomes, config.language, collected.graded_file)
     graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.peak_rss_mib,
                     collected.isolation)
     if out_dir is not None:

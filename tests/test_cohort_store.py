@@ -1,6 +1,8 @@
 """The cohort store and the readers of a cohort's submissions (no grading here)."""
+import json
 import sqlite3
 import zipfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -38,6 +40,33 @@ def test_outcomes_round_trip_exactly(store):
     assert result.key == "ana" and result.submitters == people and not result.reused
     assert result.outcomes == OUTCOMES
     assert (result.seconds, result.peak_rss_mib) == (4.5, 300.0)
+
+
+def test_the_graded_file_of_a_submission_that_held_others_reaches_the_store_and_the_page(store, tmp_path):
+    """`grade` names it at the top of results.json; a batch's student page once left it out."""
+    from autograder import config as grading_config
+    from autograder.cohort import report
+
+    folder = tmp_path / "cohort"
+    folder.mkdir()
+    stub = (Path(__file__).resolve().parent.parent / "assignments" / "attention" / "attention.py").read_text(encoding="utf-8")
+    with zipfile.ZipFile(folder / "maría.zip", "w") as archive:
+        archive.writestr("tarea/attention.py", stub)  # the untouched stub: the notebook is what was meant
+        archive.writestr("tarea/mi notebook.ipynb", json.dumps({"nbformat": 4, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "source": "".join(f"class {name}:\n    def forward(self, x):\n        return x\n\n"
+                              for name in ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention"))}]}))
+    config = grading_config.load()
+    with batch.entries(folder) as found:
+        [entry] = found
+        content_hash, task, _, graded_file = batch._load(entry, config)
+    assert task is not None and graded_file == "tarea/mi notebook.ipynb"
+    run, _ = begin(store)
+    passed = [Outcome(p.cls, p.name, "passed") for p in config.properties]
+    store.record_grading(run, entry.key, [], content_hash, passed, graded_file=graded_file)
+    [result] = store.results(run)
+    assert result.graded_file == graded_file
+    [graded] = report.rescore([result], config)
+    assert graded_file in graded.overview
 
 
 def test_unfinished_run_is_resumed_and_finished_one_is_not(store):

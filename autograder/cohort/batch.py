@@ -133,14 +133,16 @@ def entries(path):
 
 
 def _load(entry, config):
-    """(content hash, Task or None, outcomes or None): read and hash a submission, running nothing."""
+    """(content hash, Task or None, outcomes or None, graded file or None): read and hash a submission,
+    running nothing. The graded file is named when the submission held others (grade.collect_loaded)."""
     try:
         loaded = submission.load(entry.path)
     except submission.SubmissionUnreadable as exc:
         digest = hashlib.sha256(json.dumps([exc.code, exc.params], sort_keys=True, default=str).encode()).hexdigest()
         outcomes = [Outcome(p.cls, p.name, "error", "load." + exc.code, exc.params) for p in config.properties]
-        return "unreadable:" + digest, None, outcomes
-    return hashlib.sha256(loaded.source.encode()).hexdigest(), Task(entry.key, loaded.source), None
+        return "unreadable:" + digest, None, outcomes, None
+    graded_file = loaded.filename if loaded.among > 1 else None
+    return hashlib.sha256(loaded.source.encode()).hexdigest(), Task(entry.key, loaded.source), None, graded_file
 
 
 def select(found, only):
@@ -199,7 +201,7 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
         done = store.done(run.id)
         pending = {}
         for entry in found:
-            content_hash, task, outcomes = _load(entry, config)
+            content_hash, task, outcomes, graded_file = _load(entry, config)
             if task is None:
                 summary.unreadable_entries.append((entry.key, _name(entry), outcomes[0]))
             if done.get(entry.key) == content_hash:
@@ -214,7 +216,7 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
                 store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, replace=replace)
                 summary.unreadable += 1
             else:
-                pending[entry.key] = (entry, content_hash, task, replace)
+                pending[entry.key] = (entry, content_hash, task, replace, graded_file)
         if pending:
             _grade_pending(pending, run, store, executor_factory, summary, console)
     summary.seconds = time.monotonic() - started
@@ -230,15 +232,15 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     try:
         with _progress(console) as progress:
             bar = progress.add_task(f"grading ({executor.slots} slots)", total=len(pending), rate="")
-            for task, result in executor.run([task for _, _, task, _ in pending.values()]):
-                entry, content_hash, _, replace = pending[task.key]
+            for task, result in executor.run([task for _, _, task, _, _ in pending.values()]):
+                entry, content_hash, _, replace, graded_file = pending[task.key]
                 if isinstance(result, GraderFailure):
                     summary.failures.append((task.key, clean(result)))
                     store.record_failure(run, entry.key, entry.submitters, str(result))
                 else:
                     outcomes = [Outcome(**o) for o in result.outcomes]
                     store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, result.seconds,
-                                         result.peak_rss_mib, replace)
+                                         result.peak_rss_mib, replace, graded_file)
                     summary.graded += 1
                     internal = next((o for o in outcomes if o.code == "grader_error"), None)
                     if internal is not None:  # the report marks it a grader failure: so does the summary

@@ -116,7 +116,7 @@ def rescore(results, config):
         if missing:
             raise ReportError(f"{result.key} was graded without {missing}: grade the cohort again (batch --regrade)")
         scored = scoring.score(result.outcomes, config)
-        overview = feedback.overview(result.outcomes, config.language)
+        overview = feedback.overview(result.outcomes, config.language, getattr(result, "graded_file", None))
         graded.append(Graded(result.key, page_name(result.key), result.submitters, scored, result.outcomes,
                              status_of(result.outcomes), getattr(result, "run_id", None), overview))
     return graded

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS gradings (
     id INTEGER PRIMARY KEY, submission_id INTEGER NOT NULL REFERENCES submissions(id),
     run_id INTEGER NOT NULL REFERENCES runs(id), content_hash TEXT NOT NULL, grader_version TEXT NOT NULL,
-    suite_hash TEXT NOT NULL, seconds REAL NOT NULL, peak_rss_mib REAL NOT NULL, graded_at TEXT NOT NULL);
+    suite_hash TEXT NOT NULL, seconds REAL NOT NULL, peak_rss_mib REAL NOT NULL, graded_at TEXT NOT NULL,
+    graded_file TEXT);
 CREATE INDEX IF NOT EXISTS gradings_by_content
     ON gradings (submission_id, content_hash, grader_version, suite_hash);
 CREATE TABLE IF NOT EXISTS outcomes (
@@ -80,7 +81,8 @@ CREATE TABLE IF NOT EXISTS failures (
     message TEXT NOT NULL, failed_at TEXT NOT NULL, PRIMARY KEY (run_id, submission_id));
 """
 # Columns that stores written before they existed lack: added when such a store is opened.
-ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER")), "outcomes": (("diagnosis", "TEXT"),)}
+ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER")), "outcomes": (("diagnosis", "TEXT"),),
+                 "gradings": (("graded_file", "TEXT"),)}
 
 
 class StoreError(UsageError):
@@ -125,6 +127,7 @@ class StoredResult:
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
     run_id: int | None = None  # the run this result was read from
+    graded_file: str | None = None  # the file graded, when the submission held others
 
 
 @dataclass(frozen=True)
@@ -266,15 +269,16 @@ class Store:
             " VALUES (?, ?, ?, ?)", (run.id, submission_id, grading_id, int(reused)))
 
     def record_grading(self, run, key, submitters, content_hash, outcomes, seconds=0.0, peak_rss_mib=0.0,
-                       replace=False):
-        """Store a new grading of one submission, all of it or nothing (one transaction)."""
+                       replace=False, graded_file=None):
+        """Store a new grading of one submission, all of it or nothing (one transaction). graded_file:
+        the file graded, when the submission (a folder, a zip) held others."""
         with self.db:
             submission_id = self._submission(run, key, submitters)
             grading_id = self.db.execute(
                 "INSERT INTO gradings (submission_id, run_id, content_hash, grader_version, suite_hash, seconds,"
-                " peak_rss_mib, graded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " peak_rss_mib, graded_at, graded_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (submission_id, run.id, content_hash, run.grader_version, run.suite_hash, seconds, peak_rss_mib,
-                 _now())).lastrowid
+                 _now(), graded_file and clean(graded_file))).lastrowid
             self.db.executemany(
                 "INSERT INTO outcomes (grading_id, position, cls, prop, status, code, params, example, duration, output,"
                 " diagnosis) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -307,7 +311,7 @@ class Store:
         self.db.execute("DELETE FROM failures WHERE run_id = ? AND submission_id = ?", (run.id, submission_id))
 
     # ---- reading ---------------------------------------------------------------------------------
-    _RESULT_COLUMNS = "s.id, s.key, g.id, g.content_hash, g.seconds, g.peak_rss_mib, r.reused, r.run_id"
+    _RESULT_COLUMNS = "s.id, s.key, g.id, g.content_hash, g.seconds, g.peak_rss_mib, r.reused, r.run_id, g.graded_file"
 
     def results(self, run):
         """Every submission's StoredResult in a run, sorted by key, outcomes rebuilt as Outcome."""
@@ -334,7 +338,7 @@ class Store:
 
     def _results(self, rows):
         results = []
-        for submission_id, key, grading_id, content_hash, seconds, peak, reused, run_id in rows:
+        for submission_id, key, grading_id, content_hash, seconds, peak, reused, run_id, graded_file in rows:
             outcomes = [
                 Outcome(cls, prop, status, code, json.loads(params), json.loads(example), duration, output, diagnosis)
                 for cls, prop, status, code, params, example, duration, output, diagnosis in self.db.execute(
@@ -342,7 +346,7 @@ class Store:
                     " WHERE grading_id = ? ORDER BY position", (grading_id,))
             ]
             results.append(StoredResult(key, self._submitters(submission_id), outcomes, content_hash, grading_id,
-                                        bool(reused), seconds, peak, run_id))
+                                        bool(reused), seconds, peak, run_id, graded_file))
         return results
 
     def failures(self, cohort, run_id=None):

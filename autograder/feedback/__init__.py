@@ -349,18 +349,20 @@ class Context:
                 and outcome.params.get("what") in FORWARD_RESULTS)
 
 
-def overview(outcomes, language):
-    """The text for the top of the results: what made whole groups of tests fail at once, said
-    once (each of those tests shows Context.short). "" when nothing did."""
+def overview(outcomes, language, graded_file=None):
+    """The text for the top of the results: which file was graded, when the submission held others
+    (graded_file), then what made whole groups of tests fail at once, said once (each of those
+    tests shows Context.short). "" when there is nothing to say."""
+    lines = [label("graded_file", language, file=graded_file)] if graded_file else []
     context = Context(outcomes)
     if context.whole is not None:
-        return f"{headline(context.whole, language)}\n{label('whole_submission', language)}"
-    lines = [f"{headline(o, language)} {label('unwritten_class', language, cls=cls)}"
-             for cls, o in context.unwritten.items()]
+        return "\n".join([*lines, headline(context.whole, language), label("whole_submission", language)])
+    unwritten = [f"{headline(o, language)} {label('unwritten_class', language, cls=cls)}"
+                 for cls, o in context.unwritten.items()]
     if len(context.unwritten) == len(context.classes) and all(
             o.code == "submission.not_implemented" for o in context.unwritten.values()):
-        lines.insert(0, label("stub", language))
-    return "\n".join(lines)
+        unwritten.insert(0, label("stub", language))
+    return "\n".join(lines + unwritten)
 
 
 def render(scored, outcomes, language):
