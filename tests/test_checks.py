@@ -213,3 +213,31 @@ def test_weights_with_nothing_to_fit_are_not_a_right_scale(projections, weights)
     chosen = {"zeros": np.zeros(scores.shape), "nan": np.full(scores.shape, np.nan),
               "one_hot": (scores == scores.max(-1, keepdims=True)).astype(np.float64)}[weights]
     assert failure_code(as_float32(chosen), scores, d_k)[0] == "scale_unmeasurable"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_weights_computed_in_reduced_precision_are_named_so(dtype):
+    """A bfloat16 softmax cast back to float32: rows off by ~2e-3 and a scale that fits nothing,
+    once reported as a softmax over the wrong axis and a problem before the scale."""
+    torch = pytest.importorskip("torch")
+    scores = torch.tensor(np.random.default_rng(0).standard_normal((1, 2, 2)), dtype=torch.float32)
+    weights = torch.softmax(scores.to(getattr(torch, dtype)), dim=-1).float().numpy().astype(np.float64)
+    with pytest.raises(PropertyFailure) as failed:
+        checks.not_reduced_precision(weights)
+    assert failed.value.code == "reduced_precision" and failed.value.params["dtype"] == dtype
+
+
+@pytest.mark.parametrize("weights", [
+    softmax(np.random.default_rng(1).standard_normal((4, 6, 6))).astype(np.float32),  # float32's own
+    softmax(np.random.default_rng(2).standard_normal((4, 6, 6))),  # a module that returns float64
+    np.array([[0.25, 0.0, 0.25, 0.25]], np.float32),  # uniform over a few positions: fits any precision
+])
+def test_float32_and_dyadic_weights_are_not_called_reduced_precision(weights):
+    checks.not_reduced_precision(weights.astype(np.float64))
+
+
+def test_float32_softmax_weights_are_never_called_reduced_precision_over_many_draws():
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        scores = (rng.standard_normal((1, 2, 2)) * rng.choice([0.01, 1.0, 30.0])).astype(np.float32)
+        checks.not_reduced_precision(softmax(scores).astype(np.float32).astype(np.float64))  # float64 math, float32 out

@@ -267,3 +267,23 @@ def test_dropout_tied_to_autograd_drops_in_eval_outside_no_grad():
         assert torch.allclose(mha(QUERY, KEY, KEY)[0], multi_head(mha, QUERY, KEY, KEY)[0])
     out, weights = mha(QUERY, KEY, KEY)  # eval, autograd on: as a model is often evaluated
     assert (out - multi_head(mha, QUERY, KEY, KEY)[0]).abs().max() > 1e-2 and (weights == 0).any()
+
+
+def test_survivors_divided_by_p_are_not_divided_by_one_minus_p():
+    module = load("mha_dropout_divides_by_p")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.25)
+    evaluated = mha.eval()(QUERY, KEY, KEY)[1]
+    trained = mha.train()(QUERY, KEY, KEY)[1]
+    kept = trained != 0
+    assert torch.allclose(trained[kept], evaluated[kept] / 0.25)  # what the file does
+    assert not torch.allclose(trained[kept], evaluated[kept] / 0.75)  # what nn.Dropout(0.25) does
+
+
+def test_a_bfloat16_softmax_is_not_the_float32_formula():
+    module = load("sa_softmax_bfloat16")
+    sa = module.SelfAttention(8, 4).float()
+    x = torch.randn(2, 6, 8, dtype=torch.float32)
+    out, weights = sa(x)
+    q, k, v = (layer(x).double() for layer in (sa.W_Q, sa.W_K, sa.W_V))
+    want, want_weights = attention(q, k, v)
+    assert (weights.double() - want_weights).abs().max() > 1e-3 and (weights.sum(-1) - 1).abs().max() > 1e-4

@@ -12,7 +12,27 @@ ROW_SUM_ATOL = 1e-5
 
 def rows_sum_to_one(weights):
     sums = weights.sum(axis=-1)
+    if not np.all(np.abs(sums - 1) <= ROW_SUM_ATOL):
+        not_reduced_precision(weights)
     expect_close(sums, np.ones_like(sums), "rows_do_not_sum_to_one", atol=ROW_SUM_ATOL, rtol=0)
+
+
+def not_reduced_precision(weights):
+    """After a miss on weights: float32 weights that all fit float16 or bfloat16 were computed in
+    that precision (.half(), .bfloat16(), autocast): named as such, not as the miss it causes.
+    Judged on the weights that are not multiples of 1/64 (uniform weights over a few positions
+    fit every precision), one at least (a minimal example may have no more): one float32
+    softmax weight fits float16 with probability ~2^-13, on a path that already failed."""
+    if not isinstance(weights, np.ndarray) or weights.dtype.kind != "f":
+        return
+    finite = weights[np.isfinite(weights)]
+    telling = finite[finite * 64 != np.round(finite * 64)].astype(np.float32)
+    if not telling.size or not np.all(telling == finite[finite * 64 != np.round(finite * 64)]):
+        return  # none to judge, or not float32 values (a module that returns float64)
+    in_bfloat16 = not np.any(telling.view(np.uint32) & 0xFFFF)
+    with np.errstate(over="ignore"):
+        in_float16 = bool(np.all(telling.astype(np.float16).astype(np.float32) == telling))
+    require(not (in_bfloat16 or in_float16), "reduced_precision", dtype="bfloat16" if in_bfloat16 else "float16")
 
 
 def dropout_factor(weights, expected, p):
@@ -100,6 +120,8 @@ def scale_is(weights, scores, d_k):
         require(differing < 2, "scale_unmeasurable", d_k=d_k, residual=None)
         return
     measured, residual = fit
+    if residual > FIT_RESIDUAL:
+        not_reduced_precision(weights)
     require(residual <= FIT_RESIDUAL, "scale_unmeasurable", d_k=d_k, residual=round(residual, 3))
     require(abs(measured - expected) <= 1e-3 * expected, "wrong_scale",
             measured=round(measured, 5), expected=round(expected, 5), d_k=d_k)
@@ -315,9 +337,12 @@ def dropout_rate(dropped, total, p, what):
     never fails it in practice. The band is at most ±0.078 wide there, so a dropout whose rate is
     0.15 or more away from p (a hard-coded 0.1 where p = 0.25, nn.Dropout()'s 0.5 where p = 0.25
     or 0.75) falls outside it but with a probability below 1e-9."""
-    bound = RATE_SIGMAS * math.sqrt(total * p * (1 - p)) + 1
-    require(abs(dropped - total * p) <= bound, "dropout_wrong_rate", what=what, p=p,
+    require(_rate_fits(dropped, total, p), "dropout_wrong_rate", what=what, p=p,
             fraction=round(dropped / total, 3), dropped=dropped, total=total)
+
+
+def _rate_fits(dropped, total, p):
+    return abs(dropped - total * p) <= RATE_SIGMAS * math.sqrt(total * p * (1 - p)) + 1
 
 
 def dropout_on_weights(trained, evaluated, p):
@@ -334,9 +359,12 @@ def dropout_on_weights(trained, evaluated, p):
         ratio = trained[kept] / evaluated[kept]
         factor = float(np.median(ratio)) if ratio.size else 1.0
         if factor > 1 + 1e-3 and np.allclose(ratio, factor, rtol=1e-3, atol=0):
-            # One constant factor, not 1/(1-p): the dropout runs with some other p (nn.Dropout(0.1)).
-            raise PropertyFailure("dropout_ignores_p", p=p, factor=round(factor, 4), measured=round(1 - 1 / factor, 3),
-                                  fraction=round(float(dropped.sum()) / total, 3))
+            # One constant factor, not 1/(1-p): with the rate of p, a hand-written rescale (1/p);
+            # with another rate, the dropout runs with some other p (nn.Dropout(0.1)).
+            fraction = round(float(dropped.sum()) / total, 3)
+            code = "dropout_wrong_factor" if _rate_fits(int(dropped.sum()), total, p) else "dropout_ignores_p"
+            raise PropertyFailure(code, p=p, factor=round(factor, 4), measured=round(1 - 1 / factor, 3),
+                                  fraction=fraction, scale=round(scale, 4))
         expect_close(trained, expected, "dropout_not_rescaled", p=p, scale=round(scale, 4))
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
