@@ -516,6 +516,20 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
             p=p, fraction=round(dropped / total, 3), dropped=dropped, total=total)
 
 
+def taken(call, masked):
+    """call()'s reply; None when it raised with a mask (masked) the module could not take: the
+    property about masks names that (mask_not_accepted), and one about something else judges the
+    calls the module could take instead of failing on the mask's error too."""
+    from ..worker.submission_errors import SubmissionError
+
+    try:
+        return call()
+    except SubmissionError as exc:
+        if not (masked and exc.raised):
+            raise
+        return None
+
+
 def ran_once_on_cpu(call):
     """Run call(), the module's first call, on the CPU, for what it leaves in the module (a model is
     tried before it is moved). An exception there is the business of the properties that make
@@ -540,8 +554,10 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     no device (about_devices): meta's kernels check some arguments that the CPU's let through
     (F.scaled_dot_product_attention refuses attn_mask with is_causal=True there, in eval too),
     which is a mistake of those arguments, not of devices; should the call fail on the CPU as
-    well, that error is the submission's (unless cpu_failure_is_mine is False: a call another
-    property already makes on the CPU, which names its failure there; then None). Other errors
+    well, that error is the submission's, unless a fallback ran on meta (devices were judged
+    there: the error is about what the fallback left out, a mask, whose property names it) or
+    cpu_failure_is_mine is False (a call another property already makes on the CPU, which names
+    its failure there); then None. Other errors
     on meta (a tensor made on the CPU, .cpu(), .numpy(): torch names the devices) fail as before.
     fresh: the same call on a module never called (attempt's has run on the CPU first, see
     ran_once_on_cpu); made only after a device error, which it turns into device_kept_from_call
@@ -571,13 +587,13 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     reply = judged(attempt)
     if reply is not None:
         return reply
-    for fallback in fallbacks:
-        if judged(fallback) is not None:
-            break
+    # Where a fallback ran on meta, devices are judged: the call failing on the CPU too is then a
+    # mistake of what the fallback left out (a mask shape), the business of the property about it.
+    judged_by_fallback = any(judged(fallback) is not None for fallback in fallbacks)
     try:
         return shapes_of(attempt("cpu"))
     except SubmissionError as exc:
-        if cpu_failure_is_mine or not exc.raised:
+        if not exc.raised or (cpu_failure_is_mine and not judged_by_fallback):
             raise
         return None
 

@@ -83,7 +83,10 @@ def test_rows_sum_to_one(worker, dims):
     module, rng = loaded(worker, dims)
     for mask in (None, random_mask(rng, dims["B"], dims["T"], dims["T"])):
         x = inputs(rng, dims)
-        _, weights = outputs(module.run(x, mask=mask), dims)
+        reply = checks.taken(lambda: module.run(x, mask=mask), masked=mask is not None)
+        if reply is None:
+            continue
+        _, weights = outputs(reply, dims)
         expected = reference.self_attention(module.params, x.astype(np.float64), mask)[1]
         checks.rows_sum_to_one_in_eval(weights, expected, masked=mask is not None)
 
