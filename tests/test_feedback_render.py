@@ -130,6 +130,12 @@ def test_an_error_in_the_constructor_gets_the_constructors_hint_not_the_property
         assert hint.startswith(("Pista: ", "Hint: "))
     in_forward = Outcome("MultiHeadAttention", prop, "error", "submission.exception", dict(EXCEPTION), {"B": 1})
     assert feedback.catalog("es")["hints"]["constructor.error"] not in feedback.message(in_forward, "es")
+    # with `shapes` failing too (the same __init__ error): still the constructor's hint, not "start at shapes"
+    shapes = dataclasses.replace(raised, prop="shapes")
+    context = feedback.Context([shapes, raised])
+    if prop != "shapes":
+        hint = feedback.message(raised, "es", context).splitlines()[-1]
+        assert hint.endswith(feedback.catalog("es")["hints"]["constructor.error"]), hint
 
 
 def test_a_timeout_gets_no_hint_about_the_property():

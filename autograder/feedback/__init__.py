@@ -335,8 +335,10 @@ class Context:
 
     def shapes_first(self, outcome, language):
         """The hint for an exception in a property other than `shapes` of a class whose `shapes` test
-        fails too: forward breaks on plain inputs already, so that test (and its hint) comes first."""
-        if outcome.code != "submission.exception" or outcome.prop == "shapes" or outcome.cls not in self.bad_shapes:
+        fails too: forward breaks on plain inputs already, so that test (and its hint) comes first.
+        Not for an exception in __init__, which the constructor's own hint is about."""
+        if (outcome.code != "submission.exception" or outcome.prop == "shapes" or outcome.cls not in self.bad_shapes
+                or outcome.params.get("op") == "__init__"):
             return None
         hints = catalog(language)["hints"]
         first = label("shapes_first", language, shapes=title(outcome.cls, "shapes", language))
