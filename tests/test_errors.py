@@ -60,6 +60,7 @@ def test_the_command_line_prints_one_line_and_the_exit_code(monkeypatch, capsys,
         raise raised
 
     monkeypatch.setattr("autograder.grade.grade", fail)
+    (tmp_path / "attention.py").write_text("", encoding="utf-8")
     assert cli.main(["grade", str(tmp_path / "attention.py"), "--out", str(tmp_path)]) == code
     err = capsys.readouterr().err
     assert err == f"error: {raised}\n"
