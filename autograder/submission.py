@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .exercise import EXERCISE
-from .text import clean
+from .text import clean, clean_line
 
 MAX_BYTES = 2 << 20
 MAX_NOTEBOOK_BYTES = 16 << 20
@@ -123,7 +123,14 @@ def _load(path):
         names, chosen, text = [path.name], path.name, _decode(_read(path, path.name), path.name)
     else:
         raise SubmissionUnreadable("no_python_file", files=[path.name])
-    return Submission(text, clean(chosen), len(_candidates(names, ".py") + _candidates(names, ".ipynb")))
+    return Submission(text, shown_name(chosen), len(_candidates(names, ".py") + _candidates(names, ".ipynb")))
+
+
+def shown_name(name, limit=MAX_SHOWN):
+    """A file name as feedback shows it: one clean line, cut to `limit` characters (a zip member's
+    name can be 60 KB of text, newlines and fake score lines included)."""
+    line = clean_line(name)
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _choose(names, read):
@@ -319,7 +326,8 @@ def _zip_member(path):
             for info in infos:
                 if stat.S_ISLNK(info.external_attr >> 16):
                     raise SubmissionUnreadable("symlink", file=info.filename)
-            members = {info.filename: info for info in infos if not info.is_dir()}
+            # keyed as _visible names them (./attention.py and src//attention.py are honest zips)
+            members = {str(PurePosixPath(info.filename)): info for info in infos if not info.is_dir()}
             return list(members), _choose(members, lambda name: _zip_read(archive, members[name]))
 
 

@@ -12,8 +12,11 @@ import re
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Invisible characters that reorder or hide what is shown ("Trojan Source"): bidirectional marks,
 # embeddings, overrides and isolates, zero-width space, word joiner and invisible operators, BOM.
-# Zero-width (non-)joiners stay: scripts and emoji need them, and they reorder nothing.
-_INVISIBLE = re.compile("[\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# Also blanks that show nothing yet are not spaces (soft hyphen, Mongolian vowel separator, Hangul
+# fillers) and the tag characters, which carry hidden ASCII. Zero-width (non-)joiners and
+# variation selectors stay: scripts and emoji need them, and they reorder nothing.
+_INVISIBLE = re.compile("[\u00ad\u061c\u115f\u1160\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
+                        "\u2066-\u2069\u3164\ufeff\uffa0\U000e0000-\U000e007f]")
 _SEPARATOR = re.compile("[\u2028\u2029]")  # line and paragraph separators: a newline, shown as one
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str's code points: any surrogate here is a lone one
 

@@ -315,6 +315,10 @@ def test_a_roster_fills_sid_and_email_of_a_plain_folder_cohort_by_key(store, tmp
     assert "extra.zip" in capsys.readouterr().err  # not in the roster: warned
     canvas = read_csv(tmp_path / "out" / "canvas.csv", "utf-8-sig")
     assert ["Ana Pérez", "", "2024001", "aperez", "A", "48"] in canvas and ["luis", "", "7", "", "B", "46"] in canvas
+    # not in the roster: in gradebook.csv, in no LMS file (Canvas would match a row without SID by name)
+    assert not any("extra" in cell for row in canvas for cell in row)
+    for name in ("moodle.csv", "gradescope.csv"):
+        assert "extra" not in (tmp_path / "out" / name).read_text(encoding="utf-8-sig")
 
 
 def test_a_roster_without_keys_matches_by_email(store):
@@ -335,6 +339,16 @@ def test_keys_that_differ_in_case_are_two_students_and_a_row_matching_both_expor
     assert joined.people == {"luis.py": [people["luis"]], "LUIS.py": [people["LUIS"]]}
     assert joined.ambiguous == [("Ana", ["ana.py", "ANA.ipynb"])]  # neither is exactly Ana's: no grade
     assert sorted(joined.unmatched) == ["ANA.ipynb", "ana.py"]
+
+
+def test_a_file_and_a_folder_of_one_name_are_ambiguous_and_names_match_whatever_their_normal_form():
+    """A folder `ana` beside the real `ana.py` took Ana's row by exact key: another's 48 under her SID.
+    `jose\u0301.py` (NFD, as macOS writes it) did not match the roster's `josé` (NFC)."""
+    ana, jose = roster.Person("Ana", "ana@x.edu", "1001", "", ""), roster.Person("José", "j@x.edu", "7", "", "")
+    joined = roster.join(roster.Roster((("ana", ana), ("jos\u00e9", jose))),
+                         {"ana.py": [Submitter("ana")], "ana": [Submitter("ana")], "jose\u0301.py": [Submitter("x")]})
+    assert joined.ambiguous == [("ana", ["ana.py", "ana"])] and "ana.py" not in joined.people
+    assert joined.people == {"jose\u0301.py": [jose]}
 
 
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):

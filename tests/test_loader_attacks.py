@@ -14,13 +14,13 @@ import struct
 import time
 import tracemalloc
 import zipfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from autograder import feedback, submission
-from autograder import submission
 from autograder.submission import MAX_BYTES, MAX_DEPTH, MAX_ENTRIES, Submission, SubmissionUnreadable
 
 CODE = "import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    pass\n"
@@ -385,6 +385,18 @@ def test_zip_names_with_control_characters_are_cleaned(tmp_path):
     assert error.code == "several_files"
     assert error.params["files"][:2] == ["[2Ja.py", "b\n.py"]
     assert len(error.params["files"][2]) == submission.MAX_SHOWN
+
+
+def test_the_name_of_the_graded_member_is_one_short_clean_line(tmp_path):
+    """It opens results.json and a batch's page: a member named with newlines and fake score lines,
+    hidden tag characters or 60 KB of text once filled or forged the top of the feedback."""
+    stub = (Path(__file__).resolve().parent.parent / "assignments" / "attention" / "attention.py").read_text(encoding="utf-8")
+    name = "x\n\nPuntaje total: 48 / 48\u00ad\U000e0041\u3164" + "y" * 60_000 + ".py"
+    solved = "".join(f"class {cls}:\n    def forward(self, x):\n        return x\n\n"
+                     for cls in ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention"))
+    loaded = submission.load(write(tmp_path / "entrega.zip", zip_bytes({"attention.py": stub, name: solved})))
+    assert loaded.filename.startswith("x  Puntaje total: 48 / 48y") and len(loaded.filename) == 200
+    assert "\n" not in loaded.filename and loaded.filename.endswith("…")
 
 
 def test_anything_unforeseen_is_still_a_refusal(tmp_path, monkeypatch):

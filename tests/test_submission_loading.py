@@ -27,6 +27,13 @@ def make_zip(path, files):
     return path
 
 
+@pytest.mark.parametrize("member", ["./attention.py", "src//attention.py", "./src/./attention.py"])
+def test_zip_member_names_that_are_not_normal_paths_are_read(tmp_path, member):
+    """Zips written by some tools name members "./attention.py": once a KeyError, read as unreadable."""
+    loaded = submission.load(make_zip(tmp_path / "entrega.zip", {member: CODE}))
+    assert loaded.source == CODE
+
+
 def unreadable_code(path):
     with pytest.raises(SubmissionUnreadable) as caught:
         submission.load(path)

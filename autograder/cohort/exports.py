@@ -121,7 +121,9 @@ def write_gradescope(path, rows, private_file, text_cell):
 
 
 def write(out, formats, rows, assignment, possible, private_file, text_cell, words):
-    """Write the chosen formats into `out`; returns the warnings, in the report's words."""
+    """Write the chosen formats into `out`; returns the warnings, in the report's words. Rows not
+    to be exported (submissions a roster does not name) are in gradebook.csv only."""
+    rows = [row for row in rows if row.exported]
     warnings = []
     for name in formats:
         if name == "canvas":

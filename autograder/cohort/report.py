@@ -87,6 +87,7 @@ class Graded:
     status: str = "graded"
     run_id: int | None = None
     overview: str = ""  # what made whole groups of tests fail at once, shown at the top of the page
+    exported: bool = True  # False: a roster was given and no row of it is this submission's
 
     @property
     def total(self):
@@ -131,6 +132,7 @@ class Ungraded:
     submitters: list
     status: str
     run_id: int | None = None
+    exported: bool = True  # as Graded's
 
     @property
     def display_name(self):
@@ -152,6 +154,7 @@ class Row:
     earned: float | None  # None: no trustworthy score (see exports)
     possible: float
     subtotals: dict | None
+    exported: bool = True  # into the LMS files; gradebook.csv has every row
 
 
 def rows_of(items, config):
@@ -168,7 +171,7 @@ def rows_of(items, config):
             rows.append(Row(
                 item.key, person.name if person else item.key, getattr(person, "sid", ""),
                 getattr(person, "email", ""), getattr(person, "login", ""), getattr(person, "section", ""),
-                item.status, item.run_id, earned, possible, subtotals))
+                item.status, item.run_id, earned, possible, subtotals, item.exported))
     return rows
 
 
@@ -415,6 +418,10 @@ def _apply_roster(view, roster, words):
     for key, keys in joined.ambiguous:
         view.warnings.append(words["warning_roster_ambiguous"].format(key=key, keys=_keys(keys)))
     if joined.unmatched:
+        # No LMS file gets them: a row without the roster's SID would be matched by name alone
+        # (Canvas), and the name is whatever the file was called.
+        for item in items:
+            item.exported = item.exported and item.key not in joined.unmatched
         view.warnings.append(words["warning_not_in_roster"].format(keys=_keys(joined.unmatched)))
 
 

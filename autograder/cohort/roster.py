@@ -13,10 +13,10 @@ columns, by header (case and accents as written here, or the alternatives in ALI
   login    login / username (Canvas "SIS Login ID", Moodle "username")      optional
   section  Canvas section name                                              optional
 
-A row matches the submission whose key equals its key, or whose key without suffix does;
-failing both, the same case-insensitively. A row that still matches several submissions
-(`Ana` beside `ana.py` and `ANA.ipynb`) matches none: it is listed in the report's warnings
-and exports no grade. A row with an empty key matches a submission whose stored submitters
+A row matches the submissions whose key, or key without suffix, equals its key (or its key
+without suffix), Unicode-normalized (NFC); failing that, the same case-insensitively. A row that
+matches several submissions (`ana` beside `ana.py` and a folder `ana`, or `Ana` beside `ana.py`
+and `ANA.ipynb`) matches none: it is listed in the report's warnings and exports no grade. A row with an empty key matches a submission whose stored submitters
 (a Gradescope export's) have the same email, or else the same sid. Several rows with the same
 key are a group: each becomes a row of the gradebook. A roster row that matches no submission
 is a student without one ("no submission" rows); a submission no row matches keeps its stored
@@ -124,13 +124,20 @@ class Joined:
     ambiguous: list  # (roster key, [submission keys]) of rows that match several submissions
 
 
+def _same(name):
+    """A name as compared: NFC, so that `josé` typed on a keyboard matches `josé.py` as macOS
+    writes it (NFD)."""
+    return unicodedata.normalize("NFC", name)
+
+
 def join(roster, submissions):
     """Match roster rows to `submissions` ({key: stored submitters}); see the module's docstring."""
-    by_stem, by_folded, by_folded_stem, by_email, by_sid = {}, {}, {}, {}, {}
+    by_name, by_folded, by_email, by_sid = {}, {}, {}, {}
     for key, people in submissions.items():
-        by_stem.setdefault(stem(key), []).append(key)
-        by_folded.setdefault(key.casefold(), []).append(key)
-        by_folded_stem.setdefault(stem(key).casefold(), []).append(key)
+        for name in {_same(key), _same(stem(key))}:  # `ana.py` and a folder `ana` are both "ana"
+            by_name.setdefault(name, []).append(key)
+        for name in {_same(key).casefold(), _same(stem(key)).casefold()}:
+            by_folded.setdefault(name, []).append(key)
         for person in people:
             if person.email:
                 by_email.setdefault(person.email.casefold(), []).append(key)
@@ -138,9 +145,9 @@ def join(roster, submissions):
                 by_sid.setdefault(person.sid, []).append(key)
     joined = Joined({}, [], [], [])
     for key, person in roster.rows:
-        if key:  # the exact key first: `luis` and `LUIS` are two students when both submitted
-            found = ([key] if key in submissions else by_stem.get(stem(key)) or by_folded.get(key.casefold())
-                     or by_folded_stem.get(stem(key).casefold(), []))
+        if key:  # as written first: `luis` and `LUIS` are two students when both submitted
+            found = (by_name.get(_same(key)) or by_name.get(_same(stem(key)))
+                     or by_folded.get(_same(key).casefold()) or by_folded.get(_same(stem(key)).casefold(), []))
         else:
             found = by_email.get(person.email.casefold(), []) if person.email else []
             found = found or (by_sid.get(person.sid, []) if person.sid else [])
