@@ -932,7 +932,8 @@ def agrees_with_reference(reply, index, expected, bound):
 
 
 def right_with_autograd(module, call, reply, expected, bound):
-    """Whether output 0 of `call`, an eval call made with autograd on (reply), is the reference's.
+    """Whether output 0 of `call`, an eval call made with autograd on and its inputs requiring grad
+    (reply), is the reference's.
     Where it is not but the same call under torch.no_grad() (as every call outside the gradient
     checks is made) is, the forward pass depends on whether gradients are computed, not on
     train()/eval(): dropout tied to torch.is_grad_enabled(), say, which is on in eval too whenever

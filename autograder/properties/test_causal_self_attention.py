@@ -274,7 +274,9 @@ def test_gradients(worker, dims, fused, p, seed, data):
     upstream = one_row((B, T, C), row, rng)
     train = {"grad": True, "train": True}
     everywhere = gaussian(rng, B, T, C)
-    calls = [((x,), {"grad": True, "fused": fused, "upstream": everywhere}), ((x,), {**train, "seed": seed}),
+    # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
+    calls = [((x,), {"grad": True, "fused": fused, "upstream": everywhere, "input_grads": ["0"]}),
+             ((x,), {**train, "seed": seed}),
              ((x,), {**train, "seed": seed + 1, "fused": True}),
              ((x,), {**train, "seed": seed + 2, "fused": fused, "upstream": upstream, "input_grads": ["0"]})]
 

@@ -302,7 +302,8 @@ def test_gradients(worker, dims, p, seed, data):
     upstream = one_row((B, Tq, dims["d_model"]), row, rng)
     train = {"grad": True, "train": True, "mask": mask}
     everywhere = gaussian(rng, B, Tq, dims["d_model"])
-    calls = [(args, {"grad": True, "upstream": everywhere}), (args, {**train, "seed": seed}),
+    # the eval call with autograd on, the inputs requiring grad too (as the outputs of layers that train)
+    calls = [(args, {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]}), (args, {**train, "seed": seed}),
              (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
 
     def checked(i, reply):

@@ -182,7 +182,8 @@ def test_gradients(worker, dims, data):
     mask[:, (row + 1) % T, :] = 1  # a row open everywhere: the masked call's W_Q and W_K get a gradient
     upstream = one_row((B, T, d_k_of(dims)), row, rng)
     everywhere = gaussian(rng, B, T, d_k_of(dims))
-    calls = [((x,), {"grad": True, "upstream": everywhere}), ((x,), {"grad": True, "mask": mask}),
+    # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
+    calls = [((x,), {"grad": True, "upstream": everywhere, "input_grads": ["0"]}), ((x,), {"grad": True, "mask": mask}),
              ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]})]
 
     def checked(i, reply):
