@@ -287,3 +287,14 @@ def test_a_bfloat16_softmax_is_not_the_float32_formula():
     q, k, v = (layer(x).double() for layer in (sa.W_Q, sa.W_K, sa.W_V))
     want, want_weights = attention(q, k, v)
     assert (weights.double() - want_weights).abs().max() > 1e-3 and (weights.sum(-1) - 1).abs().max() > 1e-4
+
+
+def test_a_mask_inverted_with_tilde_takes_bool_masks_only():
+    module = load("sa_mask_inverted_with_tilde")
+    sa = module.SelfAttention(8, 4)
+    x, mask = torch.randn(2, 5, 8), torch.tril(torch.ones(5, 5))
+    want, _ = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)
+    assert torch.allclose(sa(x, mask.bool())[0], want)  # right with a bool mask
+    for other in (mask, mask.long()):  # the statement allows float and long masks too
+        with pytest.raises((TypeError, RuntimeError)):
+            sa(x, other)

@@ -786,9 +786,10 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
     only if the same rule in the first form (canonical(mask): [(float32 (B, Tq, Tk) mask, the head
     it is for, or None for all)]) gives a fresh module (fresh()) other outputs: a module whose
     attention is wrong whatever the form (on some inputs only) fails reference_match, not this."""
-    from .harness import call_failure, runs_until_failure
+    from .harness import call_failure, mask_forms_judged, runs_until_failure
 
-    replies, failed = runs_until_failure(module, *calls)
+    with mask_forms_judged():
+        replies, failed = runs_until_failure(module, *calls)
     if failed:
         index, error = failed
         if masks[index] is None:

@@ -3,6 +3,7 @@
 The grader chooses every input and every parameter value itself (from a seed hypothesis drew),
 so the reference it computes describes exactly the module the worker ran.
 """
+import contextlib
 import functools
 import itertools
 import math
@@ -198,7 +199,35 @@ class Remote:
     def runs(self, *calls):
         """Several run(*args, **options) calls, given as (args, options) pairs, sent in one exchange
         with the worker (one round trip instead of one each); their Replies, in order. A failure
-        is raised as run would raise it, the first failing call's first."""
+        is raised as run would raise it, the first failing call's first.
+
+        A call the module raised on with a mask of another dtype than bool is sent again with that
+        mask as bool (mask != 0), outside mask_forms_judged: a module that cannot take a float or
+        integer mask loses masked_zero, which names that, and every other property judges it on
+        masks it can take (a float mask once cost shapes, gradients, reference_match... with their
+        unrelated hints). When the bool masks fail too, the first failure is raised as it was."""
+        try:
+            return self._runs(calls)
+        except SubmissionError as error:
+            as_bool = None if _MASK_FORMS_JUDGED or not error.raised else self._restored(_with_bool_masks(calls))
+            if as_bool is None:
+                raise
+            try:
+                return self._runs(as_bool)
+            except SubmissionError:
+                raise error from None
+
+    def _restored(self, calls):
+        """calls sent again after the worker ran them all once: where one gave the module new
+        parameters (`reload`), the first starts from the loaded ones again; None when that cannot be."""
+        if calls is None or not any("reload" in options for _, options in calls):
+            return calls
+        if self.load_seed is None or self.load_scale is not None or "reload" in calls[0][1]:
+            return None
+        (args, options), *rest = calls
+        return [(args, {**options, "reload": {"seed": self.load_seed, "layers": list(self.layers)}}), *rest]
+
+    def _runs(self, calls):
         requests = [("call", _call(self.handle, *args, **options)) for args, options in calls]
         replies = [Reply(raw, self._description_of(request)) for raw, request in zip(self._send(*requests), requests)]
         exchanged(self, calls, replies)
@@ -279,6 +308,30 @@ def _plain_value(value):
     if isinstance(value, (list, tuple)):
         return [_plain_value(v) for v in value]
     return value if isinstance(value, (bool, int, float, str)) else repr(value)
+
+
+_MASK_FORMS_JUDGED = []  # non-empty inside mask_forms_judged()
+
+
+@contextlib.contextmanager
+def mask_forms_judged():
+    """Within: a call with a mask the module cannot take fails as it is (Remote.runs does not
+    retry it with a bool mask): for the property that judges the mask forms themselves."""
+    _MASK_FORMS_JUDGED.append(True)
+    try:
+        yield
+    finally:
+        _MASK_FORMS_JUDGED.pop()
+
+
+def _with_bool_masks(calls):
+    """calls with each mask of another dtype than bool as bool (mask != 0); None if none has one."""
+    def as_bool(options):
+        mask = options.get("mask")
+        return {**options, "mask": mask != 0} if isinstance(mask, np.ndarray) and mask.dtype != bool else options
+
+    changed = [(args, as_bool(options)) for args, options in calls]
+    return changed if any(new is not old for (_, new), (_, old) in zip(changed, calls)) else None
 
 
 def _answer(answer):
