@@ -298,3 +298,12 @@ def test_a_mask_inverted_with_tilde_takes_bool_masks_only():
     for other in (mask, mask.long()):  # the statement allows float and long masks too
         with pytest.raises((TypeError, RuntimeError)):
             sa(x, other)
+
+
+def test_dropout_tied_to_autograd_drops_nothing_in_train_mode_under_no_grad():
+    module = load("causal_dropout_only_with_autograd")
+    csa = module.CausalSelfAttention(config(module, dropout=0.5)).train()
+    x = torch.randn(16, 6, 8)
+    with torch.no_grad():
+        assert torch.allclose(csa(x), causal(csa, x))  # train mode, p = 0.5: nothing dropped
+    assert (csa(x) == 0).sum() > 50  # with autograd on it drops

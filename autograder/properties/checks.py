@@ -330,6 +330,18 @@ DROPOUT_DRAWS = 2048
 RATE_SIGMAS = 7
 
 
+def dropout_not_tied_to_autograd(module, call, evaluated, **params):
+    """Called where a train-mode call, made under torch.no_grad() as train_dropout's are, dropped
+    nothing (its output is `evaluated`, the eval one): the same call with autograd on that does drop
+    shows dropout tied to torch.is_grad_enabled() or requires_grad instead of self.training
+    (dropout_depends_on_grad_mode); one that does not leaves the failure to the caller's checks.
+    Costs an exchange only on that path."""
+    args, options = call
+    again = module.run(*args, **{**options, "grad": True})
+    moved = not np.array_equal(np.asarray(again.outputs[0], dtype=np.float64), evaluated, equal_nan=True)
+    require(not moved, "dropout_depends_on_grad_mode", **params)
+
+
 def dropout_rate(dropped, total, p, what):
     """`dropped` of `total` independent Bernoulli(p) draws must be within RATE_SIGMAS standard
     deviations (+1) of total·p. For total >= 2048 and p in strategies.dropout_rates, the exact

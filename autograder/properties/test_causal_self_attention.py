@@ -214,6 +214,9 @@ def test_train_dropout(worker, dims, seed, p):
     for fused, evaluated, trained, redrawn, changed, again in ((False, *replies[:5]), (True, *replies[5:])):
         path = f"fused={fused}"
         trained = output(trained, dims)
+        if np.array_equal(trained, output(evaluated, dims), equal_nan=True):  # nothing dropped under no_grad
+            checks.dropout_not_tied_to_autograd(module, ((x,), {"fused": fused, "train": True, "seed": seed}),
+                                                output(evaluated, dims), p=p, path=path)
         leaks = checks.train_output_leaks(trained, output(changed, dims), output(again, dims))
         if not leaks and np.allclose(output(evaluated, dims), reference_output, atol=1e-5, rtol=1e-4):
             clean.append(fused)

@@ -253,6 +253,8 @@ def test_train_dropout(worker, dims, seed, p):
     output_from_weights = np.allclose(evaluated, from_eval, atol=1e-5, rtol=1e-4)
     from_train = reference.multi_head_output_from_weights(module.params, dims["h"], value, train_weights)
     if np.array_equal(eval_weights, again, equal_nan=True):
+        if np.array_equal(trained, evaluated, equal_nan=True):  # nothing dropped under no_grad
+            checks.dropout_not_tied_to_autograd(module, (args, {"train": True, "seed": seed}), evaluated, p=p)
         try:
             checks.dropout_on_weights(train_weights, eval_weights, p)
         except PropertyFailure as failure:
