@@ -1,4 +1,5 @@
 """Shared fixtures: the shipped grading.yml, the reference and stub paths, and a cached grader."""
+import functools
 import json
 import os
 import subprocess
@@ -78,9 +79,20 @@ def _refuse(what):
     return refuse
 
 
+@functools.cache
+def _matplotlib_font_cache():
+    """Build matplotlib's font cache before any guard: on a fresh machine its first import runs
+    `fc-list`, a process the library starts once for itself, not one the test starts."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _guarded(item):
     if item.get_closest_marker("unit") is None:
         return None
+    _matplotlib_font_cache()
     patch = pytest.MonkeyPatch()
     patch.setattr(client.Worker, "start", _refuse("a grading worker (Worker.start)"))
     patch.setattr(subprocess.Popen, "__init__", _refuse("a subprocess"))
