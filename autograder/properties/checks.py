@@ -26,8 +26,9 @@ def not_reduced_precision(weights):
     if not isinstance(weights, np.ndarray) or weights.dtype.kind != "f":
         return
     finite = weights[np.isfinite(weights)]
-    telling = finite[finite * 64 != np.round(finite * 64)].astype(np.float32)
-    if not telling.size or not np.all(telling == finite[finite * 64 != np.round(finite * 64)]):
+    values = finite[finite * 64 != np.round(finite * 64)]
+    telling = values.astype(np.float32)
+    if not telling.size or not np.all(telling == values):
         return  # none to judge, or not float32 values (a module that returns float64)
     in_bfloat16 = not np.any(telling.view(np.uint32) & 0xFFFF)
     with np.errstate(over="ignore"):
@@ -528,31 +529,34 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
             p=p, fraction=round(dropped / total, 3), dropped=dropped, total=total)
 
 
+def attempted(call):
+    """(call(), None); (None, the SubmissionError) when the submission's code raised in call. What
+    no input avoids (a timeout, a crash) and the grader's own errors propagate."""
+    from ..worker.submission_errors import SubmissionError
+
+    try:
+        return call(), None
+    except SubmissionError as exc:
+        if not exc.raised:
+            raise
+        return None, exc
+
+
 def taken(call, masked):
     """call()'s reply; None when it raised with a mask (masked) the module could not take: the
     property about masks names that (mask_not_accepted), and one about something else judges the
     calls the module could take instead of failing on the mask's error too."""
-    from ..worker.submission_errors import SubmissionError
-
-    try:
-        return call()
-    except SubmissionError as exc:
-        if not (masked and exc.raised):
-            raise
-        return None
+    reply, error = attempted(call)
+    if error is not None and not masked:
+        raise error
+    return reply
 
 
 def ran_once_on_cpu(call):
     """Run call(), the module's first call, on the CPU, for what it leaves in the module (a model is
     tried before it is moved). An exception there is the business of the properties that make
     that call, not of the device check that follows."""
-    from ..worker.submission_errors import SubmissionError
-
-    try:
-        call()
-    except SubmissionError as exc:
-        if not exc.raised:
-            raise
+    attempted(call)
 
 
 def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None):
@@ -592,7 +596,8 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
                 raise
             if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
                 where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}
-                code = "device_kept_from_call" if fresh is not None and second_opinion(lambda: _runs(fresh, device)) else "wrong_device"
+                kept = fresh is not None and second_opinion(lambda: attempted(lambda: fresh(device))[1] is None)
+                code = "device_kept_from_call" if kept else "wrong_device"
                 raise PropertyFailure(code, device=device, error=exc.message, **where) from None
             return None
 
@@ -608,19 +613,6 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
         if not exc.raised or (cpu_failure_is_mine and not judged_by_fallback):
             raise
         return None
-
-
-def _runs(call, device):
-    """Whether call(device) returns without an exception of the submission's."""
-    from ..worker.submission_errors import SubmissionError
-
-    try:
-        call(device)
-    except SubmissionError as exc:
-        if not exc.raised:
-            raise
-        return False
-    return True
 
 
 # What torch says when code needs a meta tensor's values (it has none): data-dependent Python
