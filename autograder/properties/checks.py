@@ -10,6 +10,15 @@ from .failures import PropertyFailure, calling, diagnose_again, expect_close, re
 ROW_SUM_ATOL = 1e-5
 
 
+def parameters_are(module, expected, formula, biased):
+    """The parameter_count property: every projection with a bias (biased) or every one without,
+    named before the count they change; then `expected` parameters in all (`formula` says why)."""
+    wrong = sorted(name for name, has in module.linear_bias.items() if has != biased)
+    require(not wrong, "missing_bias" if biased else "unexpected_bias", names=wrong)
+    require(module.parameter_count == expected, "parameter_count", expected=expected,
+            got=module.parameter_count, formula=formula)
+
+
 def rows_sum_to_one(weights):
     sums = weights.sum(axis=-1)
     if not np.all(np.abs(sums - 1) <= ROW_SUM_ATOL):

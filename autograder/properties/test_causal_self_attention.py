@@ -73,11 +73,8 @@ def test_shapes(worker, dims, longer, fused):
 @given(dims=causal_dims())
 def test_parameter_count(worker, dims):
     module = build(worker, dims)
-    unbiased = sorted(name for name, has in module.linear_bias.items() if not has)
-    require(not unbiased, "missing_bias", names=unbiased)
     C = dims["n_embd"]
-    require(module.parameter_count == 4 * C * C + 4 * C, "parameter_count", expected=4 * C * C + 4 * C,
-            got=module.parameter_count, formula="4·C² + 4·C")
+    checks.parameters_are(module, 4 * C * C + 4 * C, "4·C² + 4·C", biased=True)
 
 
 @graded(CLS, "mask_buffer")

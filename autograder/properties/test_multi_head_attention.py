@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, example, expect_close, require
+from .failures import PropertyFailure, example, expect_close
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
                       random_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
@@ -80,11 +80,7 @@ def test_shapes(worker, dims, longer_q, longer_k, masked):
 @given(dims=multi_head_dims())
 def test_parameter_count(worker, dims):
     module = build(worker, dims)
-    biased = sorted(name for name, has in module.linear_bias.items() if has)
-    require(not biased, "unexpected_bias", names=biased)
-    expected = 4 * dims["d_model"] ** 2
-    require(module.parameter_count == expected, "parameter_count", expected=expected,
-            got=module.parameter_count, formula="4·d_model²")
+    checks.parameters_are(module, 4 * dims["d_model"] ** 2, "4·d_model²", biased=False)
 
 
 @graded(CLS, "divisibility_error")

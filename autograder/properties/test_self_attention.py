@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import example, expect_close, require
+from .failures import example, expect_close
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
                       random_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
@@ -70,11 +70,7 @@ def test_shapes(worker, dims, longer, masked):
 @given(dims=self_attention_dims())
 def test_parameter_count(worker, dims):
     module = build(worker, dims)
-    biased = sorted(name for name, has in module.linear_bias.items() if has)
-    require(not biased, "unexpected_bias", names=biased)
-    expected = 3 * dims["d_model"] * d_k_of(dims)
-    require(module.parameter_count == expected, "parameter_count", expected=expected,
-            got=module.parameter_count, formula="3·d_model·d_k")
+    checks.parameters_are(module, 3 * dims["d_model"] * d_k_of(dims), "3·d_model·d_k", biased=False)
 
 
 @graded(CLS, "rows_sum_to_one")
