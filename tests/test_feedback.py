@@ -462,6 +462,20 @@ def test_each_class_gets_its_own_dropout_hints():
     assert "attn_drop" not in hint("MultiHeadAttention", "train_dropout")
 
 
+@pytest.mark.parametrize("language", ["es", "en"])
+@pytest.mark.parametrize("prop, code", [("gradients", "output_depends_on_grad_mode"),
+                                        ("train_dropout", "dropout_depends_on_grad_mode")])
+def test_dropout_tied_to_autograd_gets_its_classs_layers(language, prop, code):
+    """Only CausalSelfAttention has a fused path and attn_drop/resid_drop; only MultiHeadAttention
+    has self.dropout: each class's hint for this failure names its own layers."""
+    def hint(cls):
+        return message_lines(Outcome(cls, prop, "failed", code, {"p": 0.1}), language)[-1]
+
+    causal, heads = hint("CausalSelfAttention"), hint("MultiHeadAttention")
+    assert "fused=True" in causal and "self.attn_drop" in causal and not re.search(r"self\.dropout\b", causal)
+    assert "self.dropout" in heads and "fused" not in heads and "attn_drop" not in heads
+
+
 @pytest.mark.parametrize("language, explained", [("es", "forma pero no datos"), ("en", "a shape but no data")])
 def test_the_device_hint_explains_the_meta_device(language, explained):
     outcome = Outcome("SelfAttention", "device", "failed", "wrong_device",

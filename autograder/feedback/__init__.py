@@ -226,13 +226,14 @@ def headline(outcome, language, upstream=False):
 def _hint(outcome, hints):
     """The hint of a failed property, in its class's own form ("CausalSelfAttention.train_dropout")
     where the classes differ, or its form for one failure code ("scale.scale_unmeasurable", or
-    "*.layer_shape" for every property) where that failure points elsewhere. For an exception
+    "*.layer_shape" for every property) where that failure points elsewhere, in one class's form
+    ("MultiHeadAttention.gradients.output_depends_on_grad_mode") where the fix names its layers. For an exception
     the submission raised, the property's form for errors ("gradients.error") where its usual
     hint would mislead, or the constructor's when the module could not even be built; none for
     other errors (a timeout, code not written yet), which no hint about the property explains."""
     cls, prop = outcome.cls, outcome.prop
     if outcome.status == "failed":
-        keys = (f"{prop}.{outcome.code}", f"*.{outcome.code}", f"{cls}.{prop}", prop)
+        keys = (f"{cls}.{prop}.{outcome.code}", f"{prop}.{outcome.code}", f"*.{outcome.code}", f"{cls}.{prop}", prop)
     elif outcome.code == "submission.exception" and outcome.params.get("op") == "__init__":
         keys = ("constructor.error",)  # the module was never built: nothing the property checks was reached
     elif outcome.code == "submission.exception":
