@@ -279,6 +279,17 @@ def test_survivors_divided_by_p_are_not_divided_by_one_minus_p():
     assert not torch.allclose(trained[kept], evaluated[kept] / 0.75)  # what nn.Dropout(0.25) does
 
 
+def test_residual_survivors_divided_by_p_are_not_divided_by_one_minus_p():
+    module = load("causal_resid_dropout_divides_by_p")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=2, block_size=4, dropout=0.25)).double()
+    causal.attn_drop.p = 0.0  # resid_drop alone: its survivors are eval's output times one factor
+    x = torch.randn(3, 4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    evaluated, trained = causal.eval()(x), causal.train()(x)
+    kept = trained != 0
+    assert torch.allclose(trained[kept], evaluated[kept] / 0.25)  # what the file does
+    assert not torch.allclose(trained[kept], evaluated[kept] / 0.75)  # what nn.Dropout(0.25) does
+
+
 def test_a_bfloat16_softmax_is_not_the_float32_formula():
     module = load("sa_softmax_bfloat16")
     sa = module.SelfAttention(8, 4).float()

@@ -491,15 +491,22 @@ def causal_dropout(params, heads, x, p, trained, path):
             break
         # what weight (t, s) of head h adds to proj's output when it is kept: (rows, n, C)
         contributions = np.einsum("chd,bhs,bhsd->bhsc", proj, weights[:rows, :, t, :t + 1],
-                                  v[:rows, :, :t + 1], optimize=True).reshape(rows, n, C) * scale
+                                  v[:rows, :, :t + 1], optimize=True).reshape(rows, n, C)
         choices = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(np.float64)  # last: all kept
-        predicted = (bias + choices @ contributions) * scale  # (rows, 2^n, C)
         mine = kept[:rows, t, None]
-        excess = np.where(mine, np.abs(predicted - trained[:rows, t, None]) - tolerance[:rows, t, None], -np.inf)
-        worst = excess.max(axis=-1)  # (rows, 2^n): the worst kept entry of each choice
         seen = mine[:, 0].any(axis=-1)
+
+        def worst_of_each_choice(attn_factor, resid_factor):
+            """(rows, 2^n): the worst kept entry of row t under each choice of D."""
+            predicted = (bias + choices @ (contributions * attn_factor)) * resid_factor  # (rows, 2^n, C)
+            excess = np.where(mine, np.abs(predicted - trained[:rows, t, None]) - tolerance[:rows, t, None], -np.inf)
+            return excess.max(axis=-1)
+
+        worst = worst_of_each_choice(scale, scale)
         unexplained = seen & (worst.min(axis=-1) > 0)
         if unexplained.any():
+            if t == 0:
+                wrong_factor(lambda a, r: not np.any(seen & (worst_of_each_choice(a, r).min(axis=-1) > 0)), p, path)
             b = int(np.argmax(unexplained))
             raise PropertyFailure("attn_dropout_misplaced", p=p, path=path, batch=b, token=t)
         dropped_rows += int((seen & (worst[:, -1] > 0)).sum())
@@ -510,6 +517,21 @@ def causal_dropout(params, heads, x, p, trained, path):
 
 
 ROWS_CHECKED = 32
+
+
+def wrong_factor(explains, p, path):
+    """Before blaming attn_drop's place: whether CausalSelfAttention's train-mode output is
+    explained (explains(attn_factor, resid_factor)) by dropout in the right places whose survivors
+    were scaled by another factor than 1/(1 - p): by 1/p (a hand-written dropout that divides by
+    the probability it drops) or not at all. Fails naming the layer and its factor, attn_drop
+    first where both are off."""
+    right = 1.0 / (1.0 - p)
+    for attn_factor in (right, 1.0 / p, 1.0):
+        for resid_factor in (right, 1.0 / p, 1.0):
+            if (attn_factor, resid_factor) != (right, right) and explains(attn_factor, resid_factor):
+                layer, factor = ("attn_drop", attn_factor) if attn_factor != right else ("resid_drop", resid_factor)
+                raise PropertyFailure("layer_dropout_wrong_factor", p=p, path=path, layer=layer,
+                                      factor=round(factor, 4), scale=round(right, 4))
 
 
 def resid_dropout_zeros(trained, p, heads, biased, path):
