@@ -201,6 +201,54 @@ submission_2:
     assert not (tmp_path / "pwned").exists()
 
 
+def test_a_students_folder_holding_metadata_does_not_make_the_cohort_an_export(tmp_path):
+    """A plain cohort folder where mallory/ holds a submission_metadata.yml naming Ana's SID (and a
+    folder `ana.py/`): still the three plain submissions, each under its own name, no one's SID."""
+    cohort = tmp_path / "cohort"
+    for name in ("ana.py", "luis.py"):
+        (cohort / name).parent.mkdir(parents=True, exist_ok=True)
+        (cohort / name).write_text(STUB, encoding="utf-8")
+    write_export(cohort / "mallory", yaml.safe_dump({"ana.py": {":submitters": [{":name": "Ana", ":sid": "2024001"}]},
+                                                    "mallory": {":submitters": [{":name": "Mallory"}]}}),
+                 folders=("ana.py", "mallory"))
+    assert gradescope_export.find_metadata(cohort) is None
+    with batch.entries(cohort) as entries:
+        assert sorted(e.key for e in entries) == ["ana.py", "luis.py", "mallory"]
+        assert [s.sid for e in entries for s in e.submitters if s.sid] == []
+
+
+def test_an_export_is_found_at_the_top_or_in_the_one_folder_a_zip_unpacks_to(tmp_path):
+    top = write_export(tmp_path / "top", yaml.safe_dump({"submission_1": {}}))
+    assert gradescope_export.find_metadata(top) == top / gradescope_export.METADATA
+    inner = write_export(tmp_path / "unpacked" / "assignment_7_export", yaml.safe_dump({"submission_1": {}}))
+    (tmp_path / "unpacked" / ".DS_Store").write_text("")
+    assert gradescope_export.find_metadata(tmp_path / "unpacked") == inner / gradescope_export.METADATA
+
+
+def test_nested_aliases_in_the_metadata_are_read_as_empty_fields_in_bounded_memory(tmp_path):
+    """Each level lists the one before ten times (aliases share one object when read): as text,
+    nine levels would be gigabytes. A field that is not a single value is empty."""
+    levels = ["a0: &a0 [" + ", ".join(["xxxxxxxxxx"] * 10) + "]"]
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    text = "\n".join(["bomb:", *("  " + line for line in levels)]) + "\n"
+    text += "submission_1:\n  :submitters:\n  - :name: *a8\n    :email: *a8\n    :sid: '2024001'\n"
+    root = write_export(tmp_path / "export", text.replace("bomb:", "submission_0:"), folders=("submission_1",))
+    found = gradescope_export.read(root / gradescope_export.METADATA)
+    assert [(e.key, e.submitters) for e in found] == [("submission_1", (Submitter("", "", "2024001"),))]
+
+
+def test_metadata_keys_that_are_not_text_or_files_too_large_are_refused(tmp_path, monkeypatch):
+    root = write_export(tmp_path / "export", "submission_1: {}\n? [1, 2]\n: {}\n")
+    with pytest.raises(gradescope_export.ExportError):
+        gradescope_export.read(root / gradescope_export.METADATA)
+    root = write_export(tmp_path / "dated", "submission_1: {}\n2026-03-01: {}\n")
+    with pytest.raises(gradescope_export.ExportError, match="not a folder name"):
+        gradescope_export.read(root / gradescope_export.METADATA)
+    monkeypatch.setattr(gradescope_export, "MAX_METADATA_BYTES", 10)
+    with pytest.raises(gradescope_export.ExportError, match="not an export's metadata"):
+        gradescope_export.read(root / gradescope_export.METADATA)
+
+
 # ---- rich output ----------------------------------------------------------------------------------
 def test_diff_prints_names_and_keys_with_markup_literally(store, capsys, monkeypatch, loose_umask):
     # loose_umask puts this process's umask back afterwards: main() sets its own

@@ -33,6 +33,8 @@ from ..errors import UsageError
 from .store import Submitter
 
 METADATA = "submission_metadata.yml"
+# Gradescope's metadata holds a few lines per submission: 16 MiB is hundreds of thousands of them.
+MAX_METADATA_BYTES = 16 * 2**20
 
 
 class ExportError(UsageError):
@@ -47,16 +49,23 @@ class ExportedSubmission:
 
 
 def _field(mapping, name):
+    """A submitter's field as text; "" for one that is missing or not a single value (a list or
+    mapping there is no name, and text made of one, aliases nested in aliases, can be gigabytes)."""
     value = mapping.get(":" + name, mapping.get(name))
-    return "" if value is None else str(value).strip()
+    return str(value).strip() if isinstance(value, (str, int, float)) else ""
 
 
 def find_metadata(root):
-    """The metadata file at the root of the export or one folder down (assignment_N_export/), if any."""
+    """The metadata file at the root of the export, or in the one folder the root holds (a zip
+    unpacks to assignment_N_export/), if any. Never deeper, nor beside other entries: a folder of
+    plain submissions in which one student's folder holds a submission_metadata.yml is a folder of
+    plain submissions, not an export that student wrote."""
     root = Path(root)
-    for candidate in (root / METADATA, *sorted(root.glob(f"*/{METADATA}"))):
-        if candidate.is_file():
-            return candidate
+    if (root / METADATA).is_file():
+        return root / METADATA
+    entries = [entry for entry in root.iterdir() if not entry.name.startswith(".") and entry.name != "__MACOSX"]
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() and (entries[0] / METADATA).is_file():
+        return entries[0] / METADATA
     return None
 
 
@@ -99,6 +108,8 @@ def read(metadata_path):
     """The export's submissions, in folder order, each with its submitters."""
     metadata_path = Path(metadata_path)
     try:
+        if metadata_path.stat().st_size > MAX_METADATA_BYTES:
+            raise ExportError(f"{metadata_path} is over {MAX_METADATA_BYTES // 2**20} MiB: not an export's metadata")
         data = yaml.load(metadata_path.read_text(encoding="utf-8"), Loader=_MetadataLoader) or {}
     except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8, or an impossible date
         raise ExportError(f"cannot read {metadata_path}: {exc}") from None
@@ -106,7 +117,9 @@ def read(metadata_path):
         raise ExportError(f"{metadata_path}: expected a mapping of submission folders")
     found = []
     for folder, entry in sorted(data.items(), key=lambda item: str(item[0])):
-        path = _folder(metadata_path.parent, str(folder))
+        if not isinstance(folder, str):
+            raise ExportError(f"{METADATA} has a key that is not a folder name: {str(folder)[:80]!r}")
+        path = _folder(metadata_path.parent, folder)
         if not path.exists() or not isinstance(entry, dict):
             continue
         people = entry.get(":submitters", entry.get("submitters"))
