@@ -138,13 +138,13 @@ METADATA = {
 
 
 def test_gradescope_export_folder_and_zip(tmp_path):
-    root = tmp_path / "assignment_1_export"
+    root = tmp_path / "above" / "assignment_1_export"
     write_export(root, METADATA)
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as handle:
         for path in root.rglob("*"):
-            handle.write(path, path.relative_to(tmp_path))
-    for given in (root, tmp_path, archive):  # the export folder, the folder above it, the zip
+            handle.write(path, path.relative_to(root.parent))
+    for given in (root, root.parent, archive):  # the export folder, the folder holding only it, the zip
         with batch.entries(given) as found:
             assert [e.key for e in found] == ["submission_101", "submission_202"]
             assert found[0].submitters == (Submitter("Ana Pérez", "ana@example.edu", "2024001"),
