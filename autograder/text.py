@@ -10,13 +10,18 @@ import re
 
 # C0 and C1 control characters except tab and newline, and DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Invisible characters that reorder or hide what is shown ("Trojan Source"): bidirectional marks,
-# embeddings, overrides and isolates, zero-width space, word joiner and invisible operators, BOM.
-# Also blanks that show nothing yet are not spaces (soft hyphen, Mongolian vowel separator, Hangul
-# fillers) and the tag characters, which carry hidden ASCII. Zero-width (non-)joiners and
-# variation selectors stay: scripts and emoji need them, and they reorder nothing.
-_INVISIBLE = re.compile("[\u00ad\u061c\u115f\u1160\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
-                        "\u2066-\u2069\u3164\ufeff\uffa0\U000e0000-\U000e007f]")
+# Invisible characters that reorder or hide what is shown ("Trojan Source"): every format
+# character (Unicode category Cf: bidirectional marks, embeddings, overrides and isolates,
+# zero-width space, word joiner, invisible operators, BOM, interlinear annotations, the tag
+# characters that carry hidden ASCII...) but the zero-width joiner and non-joiner, which scripts
+# and emoji need and which hide nothing. Also the marks and blanks that show nothing yet are not
+# spaces: combining grapheme joiner, Hangul fillers, Khmer inherent vowels, braille blank.
+# Variation selectors stay: emoji need them. tests/test_feedback_render.py checks the Cf part
+# against Python's Unicode database.
+_INVISIBLE = re.compile("[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+                        "\u17b4\u17b5\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f"
+                        "\u2800\u3164\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+                        "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f]")
 _SEPARATOR = re.compile("[\u2028\u2029]")  # line and paragraph separators: a newline, shown as one
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str's code points: any surrogate here is a lone one
 

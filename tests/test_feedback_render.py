@@ -311,6 +311,19 @@ def test_text_that_reorders_or_hides_what_is_shown_is_removed():
     assert clean("👩\u200d💻 ک\u200cه") == "👩\u200d💻 ک\u200cه"
 
 
+def test_every_format_character_but_the_joiners_is_removed():
+    """Interlinear annotations (U+FFF9..FFFB), U+206A..206F, musical format marks: any Cf character
+    hides text or shows nothing; ZWJ and ZWNJ alone stay (scripts and emoji need them)."""
+    import unicodedata
+
+    from autograder.text import clean
+
+    kept = {"\u200c", "\u200d"}
+    hidden = [chr(c) for c in range(0x80, 0x110000) if unicodedata.category(chr(c)) == "Cf" and chr(c) not in kept]
+    assert clean("a" + "".join(hidden) + "b") == "ab"
+    assert clean("ana\u206f.py \ufff9=1+1\ufffa\ufffb \u034f\u17b4\u2800x") == "ana.py =1+1 x"
+
+
 def test_write_makes_a_private_valid_utf8_file_even_from_lone_surrogates(tmp_path):
     outcome = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0, "expected": 0.5, "d_k": 4},
                       output="print \ud800 and \x1b[31mred\r\n")
