@@ -388,7 +388,10 @@ def _decode(data, name):
         if not name.endswith(".py"):
             raise SubmissionUnreadable("not_utf8", file=name) from None
         text = _declared_encoding(data, name)
-    text = notebook_source(text, name) if name.endswith(".ipynb") or _renamed_notebook(text) else text
+    if name.endswith(".ipynb") or _renamed_notebook(text):
+        text = notebook_source(text, name)
+    elif cell_lines(text) is not None:  # a .py ending in the notebook map's line would have its errors
+        text += "\n" if text.endswith("\n") else "\n\n"  # shown at cells it chose: a blank line after it
     try:  # a declared codec (raw_unicode_escape, utf-7...) can decode to a lone surrogate, which
         text.encode("utf-8")  # no UTF-8 copy, hash or compile() can hold
     except UnicodeEncodeError:

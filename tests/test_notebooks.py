@@ -374,6 +374,16 @@ def test_a_cell_that_does_not_parse_is_reported_at_its_own_line():
     assert cell_lines(source).locate(caught.value.lineno) == (3, 3)
 
 
+@pytest.mark.parametrize("ending", ["", "\n"])
+def test_a_py_cannot_claim_notebook_cells(tmp_path, ending):
+    """A .py ending in the map's line would have its errors reported at cells of its choosing."""
+    path = tmp_path / "attention.py"
+    path.write_text(f"class SelfAttention:\n    pass\n{LINES_MARKER}[[1, 42, 7, 100000]]{ending}", encoding="utf-8")
+    loaded = submission.load(path)
+    assert loaded.line_map is None and cell_lines(loaded.source) is None
+    assert loaded.source.splitlines()[:2] == ["class SelfAttention:", "    pass"]
+
+
 def test_windows_line_endings_and_missing_final_newlines():
     text = notebook("NEG = 1\r\nOTHER = 2\r\n", "class SelfAttention:\r\n    x = NEG")
     source = notebook_source(text)
