@@ -279,7 +279,7 @@ def enter(limits, uid, root, isolate, keep=()):
     os.setgid(uid)
     os.setuid(uid)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid program can give it another uid
-    if seccomp.ARCHITECTURES.get(os.uname().machine) and not seccomp.forbid_new_namespaces():
+    if seccomp.ARCHITECTURES.get(os.uname().machine) and not seccomp.install_filter():
         raise OSError("the system call filter could not be installed")
     namespaces.die_with_parent()
 
