@@ -290,6 +290,19 @@ def test_residual_survivors_divided_by_p_are_not_divided_by_one_minus_p():
     assert not torch.allclose(trained[kept], evaluated[kept] / 0.75)  # what nn.Dropout(0.25) does
 
 
+def test_a_scale_kept_in_the_class_is_the_last_instances():
+    module = load("mha_scale_class_attribute")
+    first = module.MultiHeadAttention(4, 2, dropout=0.0).double().eval()  # d_k = 2
+    want, _ = first(QUERY, KEY, KEY)
+    module.MultiHeadAttention(9, 1, dropout=0.0)  # another module, d_k = 9
+    q, k, v = (layer(t) for layer, t in ((first.W_Q, QUERY), (first.W_K, KEY), (first.W_V, KEY)))
+    heads = [t.view(2, -1, 2, 2).transpose(1, 2) for t in (q, k, v)]
+    out, _ = attention(*heads)
+    reference = first.W_O(out.transpose(1, 2).reshape(2, -1, 4))
+    assert torch.allclose(want, reference)  # right while it is the last one built
+    assert not torch.allclose(first(QUERY, KEY, KEY)[0], reference)  # then it uses 1/√9
+
+
 def test_a_bfloat16_softmax_is_not_the_float32_formula():
     module = load("sa_softmax_bfloat16")
     sa = module.SelfAttention(8, 4).float()

@@ -753,7 +753,7 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
                 expect_close(mine, twin, "noncontiguous_mismatch", what=what)
 
 
-def reference_across_calls(module, calls, shaped, expected, fresh, names, described=None):
+def reference_across_calls(module, calls, shaped, expected, fresh, names, described=None, another=None):
     """One module, several calls (the same input again among them): each call's outputs
     (shaped(i, reply), a list) must match expected(i), a list of (reference, rounding bound,
     magnitude of the inputs, what) from reference.*_bounded, and leave its inputs unchanged
@@ -761,7 +761,10 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
     (fresh()) matches shows a module that depends on its earlier calls; when that call first gave
     the module new parameters (the option `reload`), on what it computed from the old ones.
     described: {call index: (failure code, its parameters)} for a call whose miss says more than
-    reference_mismatch_at (the first of another form, say, after the others matched)."""
+    reference_mismatch_at (the first of another form, say, after the others matched).
+    another: once every call matched, builds and calls a module of the same class with another
+    configuration (returning a description of it); then the first call again must still match:
+    state kept in the class (type(self).n_head = ...) is shared by every instance."""
     replies = module.runs(*calls)
     for i, reply in enumerate(replies):
         got = shaped(i, reply)
@@ -777,6 +780,27 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise
+    if another is not None:
+        unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def unchanged_by_another_instance(module, calls, shaped, expected, another):
+    """After another() built and called a module of the same class with another configuration,
+    the module's last call (which matched; without its `reload`, whose parameters it keeps)
+    still gives the reference's outputs."""
+    other, _ = attempted(lambda: second_opinion(another))
+    if other is None:
+        return  # the other configuration could not even run: not this module's state
+    from .harness import call_failure
+
+    last = len(calls) - 1
+    args, options = calls[last]
+    reply, error = attempted(lambda: module.run(*args, **{k: v for k, v in options.items() if k != "reload"}))
+    if error is not None:
+        raise call_failure(error, "other_instance_broke_call", other=other)
+    again = shaped(last, reply)
+    for actual, (want, bound, magnitude, what) in zip(again, expected(last)):
+        matches_reference(actual, want, bound, "depends_on_other_instances", magnitude, what=what, other=other)
 
 
 def matches_on_a_fresh_module(module, call, index, expected, shaped):

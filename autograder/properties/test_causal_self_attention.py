@@ -165,8 +165,19 @@ def test_reference_match(worker, dims, short, scales):
                                                              dims["n_head"], x.astype(np.float64))
         return [(out, bound, magnitudes[i], "output")]
 
+    heads = dims["n_head"] % 4 + 1  # another head count, head size and block_size
     checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, {**dims, "T": lengths[i]})], wanted,
-                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES)
+                                  lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
+                                  another=lambda: another_configuration(worker, {
+                                      **dims, "n_head": heads, "block_size": dims["block_size"] + 1,
+                                      "n_embd": heads * (dims["n_embd"] // dims["n_head"] + 1)}))
+
+
+def another_configuration(worker, dims):
+    """Build and call a module of these dims (another configuration); its description."""
+    module, rng = loaded(worker, dims)
+    module.run(inputs(rng, dims))
+    return f"n_embd={dims['n_embd']}, n_head={dims['n_head']}, block_size={dims['block_size']}"
 
 
 @graded(CLS, "batch_independence")

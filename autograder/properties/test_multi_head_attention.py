@@ -202,9 +202,19 @@ def test_reference_match(worker, dims, scales):
             options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
+    heads = dims["h"] % 4 + 1  # another head count and head size
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
-                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]})})
+                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]})},
+                                  lambda: another_configuration(worker, {**dims, "h": heads,
+                                                           "d_model": heads * (dims["d_model"] // dims["h"] + 1)}))
+
+
+def another_configuration(worker, dims):
+    """Build and call a module of these dims (another configuration); its description."""
+    module, rng = loaded(worker, dims)
+    module.run(*cross_inputs(rng, dims))
+    return f"d_model={dims['d_model']}, num_heads={dims['h']}"
 
 
 @graded(CLS, "batch_independence")

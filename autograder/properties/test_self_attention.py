@@ -155,7 +155,15 @@ def test_reference_match(worker, dims, scales):
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
                                   {1: ("train_mode_changes_output", {}),
-                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]})})
+                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]})},
+                                  lambda: another_configuration(worker, {**dims, "d_model": dims["d_model"] + 1, "d_k": d_k_of(dims) + 1}))
+
+
+def another_configuration(worker, dims):
+    """Build and call a module of these dims (another configuration); its description."""
+    module, rng = loaded(worker, dims)
+    module.run(inputs(rng, dims))
+    return f"d_model={dims['d_model']}, d_k={dims['d_k']}"
 
 
 @graded(CLS, "batch_independence")
