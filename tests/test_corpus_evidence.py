@@ -303,6 +303,22 @@ def test_a_scale_kept_in_the_class_is_the_last_instances():
     assert not torch.allclose(first(QUERY, KEY, KEY)[0], reference)  # then it uses 1/√9
 
 
+def test_a_single_token_shortcut_never_drops_attention_in_train_mode():
+    module = load("causal_single_token_shortcut")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=4, n_head=2, block_size=4, dropout=0.5)).double()
+    causal.resid_drop.p = 0.0  # attn_drop alone
+    x = torch.randn(256, 1, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    evaluated = causal.eval()(x)
+    torch.manual_seed(0)
+    assert torch.equal(causal.train()(x), evaluated)  # what the file does: nothing dropped
+    q, k, v = causal.qkv(x).split(4, dim=2)
+    heads = v.view(256, 1, 2, 2).transpose(1, 2)  # one token: each head's only weight is 1
+    torch.manual_seed(0)
+    dropped = causal.attn_drop(torch.ones(256, 2, 1, 1, dtype=torch.float64)) @ heads  # nn.Dropout on that weight
+    want = causal.proj(dropped.transpose(1, 2).reshape(256, 1, 4))
+    assert not torch.allclose(want, evaluated)  # the statement's module drops some heads' weight
+
+
 def test_a_bfloat16_softmax_is_not_the_float32_formula():
     module = load("sa_softmax_bfloat16")
     sa = module.SelfAttention(8, 4).float()

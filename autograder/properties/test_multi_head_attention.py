@@ -1,5 +1,7 @@
 """MultiHeadAttention(d_model, num_heads, dropout=0.1):
 forward(query, key, value, mask=None) -> (output (B,Tq,d_model), weights (B,h,Tq,Tk))."""
+import math
+
 import numpy as np
 from hypothesis import example as explicit_example
 from hypothesis import given
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
-                      random_mask)
+                      random_mask, runs_until_failure)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -282,6 +284,24 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code != "dropout_not_applied":
                     raise
                 raise PropertyFailure("dropout_not_applied_masked", **failure.params) from None
+        # Dropout acts at every shape the statement allows: one example (B=1) and one query (Tq=1),
+        # each with thousands of weights; no shape check or shortcut skips it.
+        # A call the module raises on (a length it cannot take) is reference_match's to name.
+        side = math.isqrt(-(-checks.DROPOUT_DRAWS // dims["h"])) + 1
+        many = -(-checks.DROPOUT_DRAWS // (dims["h"] * dims["Tk"]))
+        for case, shape in (("B=1", {"B": 1, "Tq": side, "Tk": side}), ("Tq=1", {"B": many, "Tq": 1})):
+            shaped = {**dims, **shape}
+            data = cross_inputs(rng, shaped)
+            replies, failed = runs_until_failure(module, (data, {}), (data, {"train": True, "seed": seed + 4}))
+            if failed:
+                continue
+            (_, ev), (_, tr) = (outputs(reply, shaped) for reply in replies)
+            try:
+                checks.dropout_on_weights(tr, ev, p)
+            except PropertyFailure as failure:
+                if failure.code != "dropout_not_applied":
+                    raise
+                raise PropertyFailure("weights_not_dropped_at_shape", case=case, **failure.params) from None
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
