@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn as nn
 
 BUGGY = Path(__file__).resolve().parent / "submissions" / "buggy"
 
@@ -317,6 +318,17 @@ def test_a_single_token_shortcut_never_drops_attention_in_train_mode():
     dropped = causal.attn_drop(torch.ones(256, 2, 1, 1, dtype=torch.float64)) @ heads  # nn.Dropout on that weight
     want = causal.proj(dropped.transpose(1, 2).reshape(256, 1, 4))
     assert not torch.allclose(want, evaluated)  # the statement's module drops some heads' weight
+
+
+def test_a_dropout_mask_drawn_for_one_head_drops_the_same_weights_in_every_head():
+    module = load("mha_dropout_mask_shared_by_heads")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.5).double().train()
+    torch.manual_seed(0)
+    weights = mha(QUERY, KEY, KEY)[1]  # (2, 2, 3, 5)
+    assert torch.equal(weights[:, 0] == 0, weights[:, 1] == 0)  # what the file does
+    torch.manual_seed(0)
+    dropped = nn.Dropout(0.5)(torch.ones(2, 2, 3, 5, dtype=torch.float64)) == 0  # nn.Dropout on the whole tensor
+    assert not torch.equal(dropped[:, 0], dropped[:, 1])
 
 
 def test_a_bfloat16_softmax_is_not_the_float32_formula():

@@ -367,13 +367,16 @@ def _rate_fits(dropped, total, p):
     return abs(dropped - total * p) <= RATE_SIGMAS * math.sqrt(total * p * (1 - p)) + 1
 
 
-def dropout_on_weights(trained, evaluated, p):
+def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", "axis_queries")):
     """Weights returned in train mode against the same module's weights in eval mode: each one
-    either dropped (exactly 0) or divided by (1 - p), with about a fraction p dropped."""
+    either dropped (exactly 0) or divided by (1 - p), with about a fraction p dropped, each drawn
+    apart (not one mask for every index of an axis of `axes`, the leading ones)."""
     live = evaluated != 0
     total = int(live.sum())
     dropped = (trained == 0) & live
     require(dropped.any(), "dropout_not_applied", p=p, dropped=0, total=total)
+    for axis, name in enumerate(axes):
+        not_shared_along(dropped, live, axis, name, p, "weights")
     kept = (trained != 0) & live
     scale = 1.0 / (1.0 - p)
     expected = np.where(kept, evaluated * scale, trained)
@@ -391,12 +394,42 @@ def dropout_on_weights(trained, evaluated, p):
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
+# Positions where two indexes of an axis can disagree (both live) that a mask drawn per element
+# must make disagree somewhere: each agrees with probability p² + (1-p)² <= 5/8 for the rates of
+# strategies.dropout_rates, so that 64 of them all agree with probability < 1e-13.
+SHARED_MASK_POSITIONS = 64
+
+
+def not_shared_along(dropped, live, axis, name, p, what):
+    """dropped (where dropout zeroed an entry) differs between the indexes of `axis` somewhere both
+    are live: one mask for every index of it (torch.rand_like(weights[:1]), a mask drawn for one
+    head or one query) drops the same positions in each, and far fewer draws than p says."""
+    size = dropped.shape[axis]
+    if size < 2:
+        return
+    first, first_live = np.take(dropped, [0], axis=axis), np.take(live, [0], axis=axis)
+    both = live & first_live
+    if int(both.sum()) - int(first_live.sum()) < SHARED_MASK_POSITIONS:
+        return  # too few positions to tell
+    require(np.any((dropped != first) & both), "dropout_mask_shared", p=p, axis=name, size=size, what=what)
+
+
 def dropped_entrywise(trained, evaluated, p):
     """Whether `trained` is `evaluated` with some entries dropped (exactly 0) and the rest divided
     by (1 - p): nn.Dropout's mark, on whatever tensor it was applied to. Never fails."""
     dropped = (trained == 0) & (evaluated != 0)
     kept = ~dropped
     return bool(dropped.any()) and np.allclose(trained[kept], evaluated[kept] / (1 - p), atol=1e-5, rtol=1e-4)
+
+
+def first_token_not_shared(choices, p):
+    """causal_dropout's choices (which heads kept the first token's weight, per batch row; -1
+    where resid_drop hid the row) differ between rows: one attention dropout mask for the whole
+    batch (torch.rand_like(att[:1])) makes them all alike (see SHARED_MASK_POSITIONS)."""
+    seen = choices[choices >= 0]
+    if seen.size >= SHARED_MASK_POSITIONS:
+        require(len(np.unique(seen)) > 1, "dropout_mask_shared", p=p, axis="axis_batch", size=int(seen.size),
+                what="first_token_weights")
 
 
 MIN_FIRST_TOKEN_DRAWS = 64
@@ -561,6 +594,7 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
     require(finite.any(), "output_nan_upstream", count=int((~np.isfinite(trained)).sum()))
     zero = (trained == 0) & finite[..., None]
     require(zero.any(), "resid_dropout_missing", p=p, path=path)
+    not_shared_along(zero, np.broadcast_to(finite[..., None], zero.shape), 0, "axis_batch", p, "output")
     B, T, C = trained.shape
     q = np.zeros(T) if biased else p ** (heads * (np.arange(T) + 1.0))
     mean_row = C * (q + (1 - q) * p)

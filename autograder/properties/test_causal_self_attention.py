@@ -230,6 +230,7 @@ def test_train_dropout(worker, dims, seed, p):
             clean.append(fused)
             first, second = (checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p, y, path)
                              for y in (trained, output(redrawn, dims)))
+            checks.first_token_not_shared(first, p)
             seen = (first >= 0) & (second >= 0)  # B·h >= 128 weights drawn twice: see checks.dropout_redrawn
             # Judged where the choices tell drops apart: without proj's bias, a row whose every weight
             # was dropped is all zeros, as if resid_drop had dropped it, so one head shows only "kept".
