@@ -49,7 +49,7 @@ VALUE_CODES = {
     "rows_sum_to_one": ("rows_do_not_sum_to_one",),
     "masked_zero": ("masked_weight_not_zero", "masked_weight_not_zero_mask"),
     "scale": ("wrong_scale", "scale_unmeasurable"),
-    "causality": ("future_leak", "past_ignored"),
+    "causality": ("future_leak", "future_leak_long", "past_ignored"),
     "large_inputs": ("masked_weight_not_zero_large", "not_finite", "rows_do_not_sum_to_one", "future_leak_large",
                      "future_leak_upstream", "large_scores_changed", "large_scores_changed_output"),
     "fused_equivalence": ("fused_mismatch", "fused_only_mismatch", "both_paths_mismatch"),

@@ -40,6 +40,9 @@ def expected(params, dims, x):
     return reference.causal_self_attention(params, dims["n_head"], x.astype(np.float64))
 
 
+# causality's long call: twice the longest sequence of the other properties.
+LONG_CAUSALITY = 2 * LONG_TIMES[1]
+
 # What the worker calls the input (positional by index) -> the statement's name.
 INPUT_NAMES = {"0": "x"}
 
@@ -137,6 +140,20 @@ def test_causality(worker, dims, data):
         if checks.train_output_leaks(before_t, after_t, again):
             expect_close(after_t[:, :position], before_t[:, :position], "future_leak_train", atol=1e-6,
                          position=position, path=f"fused={fused}")
+    # ...and at a length beyond every other example's, on a module with a block_size that long and
+    # the same parameters: a mask of a fixed size (or anything else made for short sequences) leaks there.
+    long = {**dims, "B": 1, "T": LONG_CAUSALITY, "block_size": LONG_CAUSALITY}
+    position = int(rng.integers(1, LONG_CAUSALITY))
+    example(**long, position=position)  # what a failure below is about
+    x = inputs(rng, long)
+    perturbed = x.copy()
+    perturbed[:, position] = gaussian(rng, 1, dims["n_embd"])
+    replies, failed = runs_until_failure(another(worker, long, 0.0, load_seed=parameter_seed(dims)),
+                                         ((x,), {}), ((perturbed,), {}))
+    if not failed:  # a length the module cannot take is reference_match's to name
+        before, after = (output(reply, long) for reply in replies)
+        expect_close(after[:, :position], before[:, :position], "future_leak_long", atol=1e-6, position=position,
+                     T=LONG_CAUSALITY)
 
 
 @graded(CLS, "reference_match")
