@@ -122,6 +122,23 @@ def test_weights_from_the_keys_alone_move_with_the_keys_but_not_with_the_queries
     checks.responds_to("queries", expected[0], expected[2], expected[0], expected[2], "weights", "W_Q")
 
 
+def test_weights_from_norms_ignore_the_keys_sign_and_fail(projections):
+    """|q|·|k| scores move with the keys' size and differ by query, but not with their sign; q·kᵀ
+    with any scale (or none) does."""
+    _, q, k, d_k = projections
+
+    def norms(keys):
+        return reference.softmax(np.linalg.norm(q, axis=-1)[..., :, None] * np.linalg.norm(keys, axis=-1)[..., None, :])
+
+    expected = [reference.attention(q, keys, keys)[1] for keys in (k, -k)]
+    with pytest.raises(PropertyFailure) as failed:
+        checks.responds_to("key_sign", norms(k), norms(-k), *expected, "weights", "W_K", factor=-1.0)
+    assert failed.value.code == "key_sign_ignored" and failed.value.params["factor"] == -1.0
+    for scale in (1.0, 1 / np.sqrt(d_k), 1 / d_k):
+        got = [reference.softmax(scale * reference.unscaled_scores(q, keys)) for keys in (k, -k)]
+        checks.responds_to("key_sign", *got, *expected, "weights", "W_K", factor=-1.0)
+
+
 def test_rows_of_weights_from_the_keys_alone_are_all_alike_and_fail(projections):
     x, q, k, _ = projections
     keys_only = reference.softmax(np.broadcast_to(k.sum(-1)[..., None, :], q.shape[:-1] + k.shape[-2:-1]))

@@ -151,15 +151,17 @@ ATTENDS_VISIBLE = 1e-2
 ATTENDS_FRACTION = 1e-2
 
 
-def layer_scale(layer, rows=None):
-    """The load option (parameters.draw's scale) that multiplies `layer`'s output (its `rows`) by SCALE_FACTOR."""
-    return {"layer": layer, "rows": rows, "factor": SCALE_FACTOR}
+def layer_scale(layer, rows=None, factor=SCALE_FACTOR):
+    """The load option (parameters.draw's scale) that multiplies `layer`'s output (its `rows`) by
+    `factor`: SCALE_FACTOR, or -1 (keys of the other sign, which move weights made of q·kᵀ, and
+    not weights made of the norms |q|·|k|, or of anything else that ignores k's sign)."""
+    return {"layer": layer, "rows": rows, "factor": factor}
 
 
-def responds_to(role, before, after, expected_before, expected_after, what, layer):
-    """`before` and `after` are what the module returned with its `role` ("keys" or "queries") as
-    drawn and multiplied by SCALE_FACTOR (layer: where they come from), the expected_* the
-    reference's for the same."""
+def responds_to(role, before, after, expected_before, expected_after, what, layer, factor=SCALE_FACTOR):
+    """`before` and `after` are what the module returned with its `role` ("keys" or "queries";
+    "key_sign" for keys multiplied by -1) as drawn and multiplied by `factor` (layer: where they
+    come from), the expected_* the reference's for the same."""
     expected = float(np.abs(expected_after - expected_before).max())
     if expected < ATTENDS_VISIBLE:
         return  # this example cannot tell (scores nearly equal along every row); others can
@@ -168,7 +170,7 @@ def responds_to(role, before, after, expected_before, expected_after, what, laye
     moved[(after == before) | (np.isnan(after) & np.isnan(before))] = 0.0  # NaN only where it was NaN
     change = float(np.nan_to_num(moved, nan=np.inf).max())
     require(change >= ATTENDS_FRACTION * expected, f"{role}_ignored", what=what, layer=layer,
-            factor=SCALE_FACTOR, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
+            factor=factor, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
 
 
 def rows_differ(weights, expected):

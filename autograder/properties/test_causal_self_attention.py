@@ -457,11 +457,12 @@ def test_attends(worker, dims):
     output (the weights are not returned here, so the queries are judged by their rows of qkv).
     T >= 3: then even a flipped mask leaves a row with two positions to weigh."""
     C = dims["n_embd"]
-    scalings = (("keys", "qkv", [C, 2 * C]), ("queries", "qkv", [0, C]))
+    scalings = (("keys", "qkv", [C, 2 * C], checks.SCALE_FACTOR), ("queries", "qkv", [0, C], checks.SCALE_FACTOR),
+                ("key_sign", "qkv", [C, 2 * C], -1.0))
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)
-               for scale in (None, *(checks.layer_scale(layer, rows) for _, layer, rows in scalings))]
+               for scale in (None, *(checks.layer_scale(layer, rows, factor) for _, layer, rows, factor in scalings))]
     x = inputs(rng_for(dims), dims)
     got = [output(module.run(x), dims) for module in modules]
     want = [expected(module.params, dims, x) for module in modules]
-    for i, (role, layer, rows) in enumerate(scalings, 1):
-        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows")
+    for i, (role, layer, rows, factor) in enumerate(scalings, 1):
+        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows", factor)

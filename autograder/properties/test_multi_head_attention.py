@@ -421,7 +421,7 @@ def test_attends(worker, dims):
     rows of each head must differ from one query to the next (checks.rows_differ). W_Q and W_K are
     all it takes: a module without W_O (parameter_count's business) is judged on its weights."""
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"))]
+               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
     args = cross_inputs(rng_for(dims), dims)
     got = [outputs(module.run(*args), dims) for module in modules]
     query, key, value = (t.astype(np.float64) for t in args)
@@ -432,8 +432,9 @@ def test_attends(worker, dims):
         return reference.attention(q, k, k)[1]
 
     expected = [weights(m.params) for m in modules]
-    checks.responds_to("keys", got[0][1], got[1][1], *expected, "weights", "W_K")
+    checks.responds_to("keys", got[0][1], got[1][1], *expected[:2], "weights", "W_K")
+    checks.responds_to("key_sign", got[0][1], got[2][1], expected[0], expected[2], "weights", "W_K", factor=-1.0)
     checks.rows_differ(got[0][1], expected[0])
     if not modules[0].missing_layers:
-        want = [reference.multi_head_attention(m.params, dims["h"], query, key, value)[0] for m in modules]
+        want = [reference.multi_head_attention(m.params, dims["h"], query, key, value)[0] for m in modules[:2]]
         checks.responds_to("keys", got[0][0], got[1][0], *want, "output", "W_K")

@@ -277,14 +277,15 @@ def test_attends(worker, dims):
     must differ from one query to the next (checks.rows_differ). W_Q and W_K are all it takes: a
     module without W_V (parameter_count's business) is judged on its weights."""
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"))]
+               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
     x = inputs(rng_for(dims), dims)
     got = [outputs(module.run(x), dims) for module in modules]
     x = x.astype(np.float64)
     weights = [reference.attention(*(reference.linear(x, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
                for m in modules]
-    checks.responds_to("keys", got[0][1], got[1][1], *weights, "weights", "W_K")
+    checks.responds_to("keys", got[0][1], got[1][1], *weights[:2], "weights", "W_K")
+    checks.responds_to("key_sign", got[0][1], got[2][1], weights[0], weights[2], "weights", "W_K", factor=-1.0)
     checks.rows_differ(got[0][1], weights[0])
     if not modules[0].missing_layers:
-        want = [reference.self_attention(module.params, x)[0] for module in modules]
+        want = [reference.self_attention(module.params, x)[0] for module in modules[:2]]
         checks.responds_to("keys", got[0][0], got[1][0], *want, "output", "W_K")
