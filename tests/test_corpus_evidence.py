@@ -331,6 +331,14 @@ def test_a_dropout_mask_drawn_for_one_head_drops_the_same_weights_in_every_head(
     assert not torch.equal(dropped[:, 0], dropped[:, 1])
 
 
+def test_projections_applied_as_x_at_weight_are_not_the_layers():
+    module = load("mha_projections_transposed")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.0).double().eval()
+    heads = [t.view(2, -1, 2, 2).transpose(1, 2) for t in (mha.W_Q(QUERY), mha.W_K(KEY), mha.W_V(KEY))]
+    out, _ = attention(*heads)
+    assert not torch.allclose(mha(QUERY, KEY, KEY)[0], mha.W_O(out.transpose(1, 2).reshape(2, -1, 4)))
+
+
 def test_a_bfloat16_softmax_is_not_the_float32_formula():
     module = load("sa_softmax_bfloat16")
     sa = module.SelfAttention(8, 4).float()

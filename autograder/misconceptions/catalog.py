@@ -225,6 +225,18 @@ CATALOG = (
           ("reference_match", "scale", "train_dropout"),
           [R(MHA, "forward", "self.W_K(key)", "self.W_K(value)"), R(MHA, "forward", "self.W_V(value)", "self.W_V(key)")],
           {"key_value_swapped": True}, seen_in="lesson 000 (atención cruzada)"),
+    entry("mha_projections_transposed", MHA,
+          "Aplicas W_Q, W_K y W_V como x @ W.weight: nn.Linear guarda su matriz como (salida, entrada) y "
+          "calcula x @ W.weightᵀ. Con capas cuadradas no hay error de formas, pero Q, K y V son otras: "
+          "llama a las capas, self.W_Q(query).",
+          "You apply W_Q, W_K and W_V as x @ W.weight: nn.Linear stores its matrix as (out, in) and computes "
+          "x @ W.weightᵀ. With square layers there is no shape error, but Q, K and V are others: call the "
+          "layers, self.W_Q(query).",
+          ("reference_match",),
+          [R(MHA, "forward", "self.W_Q(query)", "query @ self.W_Q.weight"),
+           R(MHA, "forward", "self.W_K(key)", "key @ self.W_K.weight"),
+           R(MHA, "forward", "self.W_V(value)", "value @ self.W_V.weight")],
+          {"projections_transposed": True}, seen_in="session 17 (x @ W.weight with square layers)"),
     entry("mha_value_from_key", MHA,
           "Proyectas los values desde `key` en vez de `value`: en atención cruzada (key ≠ value) el "
           "resultado es otro.",

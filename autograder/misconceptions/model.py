@@ -102,7 +102,7 @@ def multi_head_attention(params, heads, query, key, value, mask=None, *, train=F
                          scale="sqrt_d_k", key_value_swapped=False, value_from_key=False,
                          split_transpose=True, merge_transpose=True, output_projection=True,
                          mask_head_axis=True, dropout_at="weights", dropout_in_eval=False,
-                         dropout_rate=None, **switches):
+                         dropout_rate=None, projections_transposed=False, **switches):
     """MultiHeadAttention.forward(query, key, value, mask) -> (output (B,Tq,d), weights (B,h,Tq,Tk)).
 
     key_value_swapped: K from `value`, V from `key`; value_from_key: V from `key`;
@@ -112,7 +112,8 @@ def multi_head_attention(params, heads, query, key, value, mask=None, *, train=F
     (it then broadcasts against (h,Tq,Tk)); dropout_at: "weights" (correct), "none", "scores"
     (before the softmax), "output" (after W_O) or "undropped_output" (weights dropped, output
     from the weights before dropout); dropout_in_eval: dropout acts in eval too; dropout_rate: the
-    rate the module actually uses, when it ignores p (say a hard-coded 0.1)."""
+    rate the module actually uses, when it ignores p (say a hard-coded 0.1); projections_transposed:
+    Q, K and V as x @ W.weight (the weight itself, not its transpose as nn.Linear applies it)."""
     d_model = query.shape[-1]
     d_k = d_model // heads
     rate = p if dropout_rate is None else dropout_rate
@@ -126,9 +127,10 @@ def multi_head_attention(params, heads, query, key, value, mask=None, *, train=F
         return x.reshape(batch, heads, time, d_k)
 
     k_source, v_source = (value, key) if key_value_swapped else (key, key if value_from_key else value)
-    q = split(reference.linear(query, params, "W_Q"))
-    k = split(reference.linear(k_source, params, "W_K"))
-    v = split(reference.linear(v_source, params, "W_V"))
+    def project(x, name):
+        return x @ params[f"{name}.weight"] if projections_transposed else reference.linear(x, params, name)
+
+    q, k, v = split(project(query, "W_Q")), split(project(k_source, "W_K")), split(project(v_source, "W_V"))
     if mask is not None and np.ndim(mask) == 3 and mask_head_axis:
         mask = np.asarray(mask)[:, None]
 

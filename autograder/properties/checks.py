@@ -118,12 +118,19 @@ def fitted_scale(weights, scores):
     return scale, residual
 
 
-def scale_is(weights, scores, d_k):
+def scale_is(weights, scores, d_k, transposed=None):
     """The weights are softmax(scores / sqrt(d_k)), scores being the reference's unscaled QKᵀ. When
     no scale fits them, the mistake is upstream of the scale (projections, head split, a transposed
-    product, the softmax's axis): reported as that, not as a measured value that means nothing."""
+    product, the softmax's axis): reported as that, not as a measured value that means nothing.
+    transposed: the unscaled scores of projections applied as x @ W.weight (square layers only),
+    measured on where the reference's fit nothing: a mistake of the projections, reference_match's
+    to name, that leaves the scale measurable and, when right, this property's points."""
     expected = 1.0 / np.sqrt(d_k)
     fit = fitted_scale(weights, scores)
+    if transposed is not None and (fit is None or fit[1] > FIT_RESIDUAL):
+        other = fitted_scale(weights, transposed)
+        if other is not None and other[1] <= FIT_RESIDUAL:
+            fit = other
     if fit is None:  # one key per row, or scores that do not differ: nothing to measure; but where
         # they differ, rows without two positive weights (zeros, NaN, one-hot) are no softmax at all
         differing = int((np.abs(scores - scores[..., :1]) > SCORE_STEP).sum())

@@ -170,7 +170,11 @@ def test_scale(worker, dims):
     _, weights = outputs(module.run(query, key, value), dims)
     q, k = (reference.split_heads(reference.linear(t.astype(np.float64), module.params, n), dims["h"])
             for t, n in ((query, "W_Q"), (key, "W_K")))
-    checks.scale_is(weights, reference.unscaled_scores(q, k), dims["d_model"] // dims["h"])
+    # W_Q and W_K are square: applied as x @ W.weight, a mistake of the projections, not the scale
+    q_t, k_t = (reference.split_heads(t.astype(np.float64) @ module.params[f"{n}.weight"], dims["h"])
+                for t, n in ((query, "W_Q"), (key, "W_K")))
+    checks.scale_is(weights, reference.unscaled_scores(q, k), dims["d_model"] // dims["h"],
+                    reference.unscaled_scores(q_t, k_t))
 
 
 @graded(CLS, "reference_match")

@@ -116,7 +116,11 @@ def test_scale(worker, dims):
     x = inputs(rng, dims)
     _, weights = outputs(module.run(x), dims)
     q, k = (reference.linear(x.astype(np.float64), module.params, n) for n in ("W_Q", "W_K"))
-    checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims))
+    transposed = None
+    if d_k_of(dims) == dims["d_model"]:  # square layers can be applied as x @ W.weight too
+        q_t, k_t = (x.astype(np.float64) @ module.params[f"{n}.weight"] for n in ("W_Q", "W_K"))
+        transposed = reference.unscaled_scores(q_t, k_t)
+    checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims), transposed)
 
 
 @graded(CLS, "reference_match")
