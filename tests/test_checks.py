@@ -137,6 +137,18 @@ def test_weights_from_norms_ignore_the_keys_sign_and_fail(projections):
     for scale in (1.0, 1 / np.sqrt(d_k), 1 / d_k):
         got = [reference.softmax(scale * reference.unscaled_scores(q, keys)) for keys in (k, -k)]
         checks.responds_to("key_sign", *got, *expected, "weights", "W_K", factor=-1.0)
+    # Judged where the queries (W_Q) move the weights: norms do, and fail; queries taken from W_K
+    # (K·Kᵀ, blind to the sign too, but a mistake of the projections) do not, and are left alone.
+    with_queries = [reference.attention(queries, k, k)[1] for queries in (q, checks.SCALE_FACTOR * q)]
+
+    def norms_of(queries, keys):
+        return reference.softmax(np.linalg.norm(queries, axis=-1)[..., :, None] * np.linalg.norm(keys, axis=-1)[..., None, :])
+
+    with pytest.raises(PropertyFailure):
+        checks.key_sign_matters((norms_of(q, k), norms_of(checks.SCALE_FACTOR * q, k), *with_queries),
+                                (norms_of(q, k), norms_of(q, -k), *expected), "weights", "W_K")
+    from_keys = [reference.attention(keys, keys, keys)[1] for keys in (k, -k)]
+    checks.key_sign_matters((from_keys[0], from_keys[0], *with_queries), (*from_keys, *expected), "weights", "W_K")
 
 
 def test_rows_of_weights_from_the_keys_alone_are_all_alike_and_fail(projections):

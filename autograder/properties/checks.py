@@ -169,15 +169,34 @@ def responds_to(role, before, after, expected_before, expected_after, what, laye
     """`before` and `after` are what the module returned with its `role` ("keys" or "queries";
     "key_sign" for keys multiplied by -1) as drawn and multiplied by `factor` (layer: where they
     come from), the expected_* the reference's for the same."""
+    moved = movement(before, after, expected_before, expected_after)
+    if moved is None:
+        return  # this example cannot tell (scores nearly equal along every row); others can
+    change, expected = moved
+    require(change >= ATTENDS_FRACTION * expected, f"{role}_ignored", what=what, layer=layer,
+            factor=factor, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
+
+
+def movement(before, after, expected_before, expected_after):
+    """(how far the module's outputs moved, how far the reference's did), or None where the
+    reference barely moves (by less than ATTENDS_VISIBLE): that example cannot tell."""
     expected = float(np.abs(expected_after - expected_before).max())
     if expected < ATTENDS_VISIBLE:
-        return  # this example cannot tell (scores nearly equal along every row); others can
+        return None
     with np.errstate(invalid="ignore"):
         moved = np.abs(after - before)
     moved[(after == before) | (np.isnan(after) & np.isnan(before))] = 0.0  # NaN only where it was NaN
-    change = float(np.nan_to_num(moved, nan=np.inf).max())
-    require(change >= ATTENDS_FRACTION * expected, f"{role}_ignored", what=what, layer=layer,
-            factor=factor, change=float(f"{change:.3g}"), expected=float(f"{expected:.3g}"))
+    return float(np.nan_to_num(moved, nan=np.inf).max()), expected
+
+
+def key_sign_matters(queries, signs, what, layer):
+    """Keys of the other sign must move the weights (signs: responds_to's before, after and
+    expected_* for W_K times -1), where the queries from W_Q move them (queries: the same for W_Q
+    times SCALE_FACTOR): a module whose queries come from W_K (K·Kᵀ, a mistake of the
+    projections) is blind to the keys' sign as norms |q|·|k| are, but not to W_Q."""
+    moved = movement(*queries)
+    if moved is not None and moved[0] >= ATTENDS_FRACTION * moved[1]:
+        responds_to("key_sign", *signs, what, layer, factor=-1.0)
 
 
 def rows_differ(weights, expected):

@@ -454,15 +454,18 @@ def test_device(worker, dims, fused):
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the
     K rows of qkv scaled by checks.SCALE_FACTOR), or its queries (the Q rows), must return another
-    output (the weights are not returned here, so the queries are judged by their rows of qkv).
-    T >= 3: then even a flipped mask leaves a row with two positions to weigh."""
+    output (the weights are not returned here, so the queries are judged by their rows of qkv);
+    so must keys of the other sign (checks.key_sign_matters). T >= 3: then even a flipped mask
+    leaves a row with two positions to weigh."""
     C = dims["n_embd"]
-    scalings = (("keys", "qkv", [C, 2 * C], checks.SCALE_FACTOR), ("queries", "qkv", [0, C], checks.SCALE_FACTOR),
-                ("key_sign", "qkv", [C, 2 * C], -1.0))
+    scalings = (("keys", "qkv", [C, 2 * C]), ("queries", "qkv", [0, C]))
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)
-               for scale in (None, *(checks.layer_scale(layer, rows, factor) for _, layer, rows, factor in scalings))]
+               for scale in (None, *(checks.layer_scale(layer, rows) for _, layer, rows in scalings),
+                             checks.layer_scale("qkv", [C, 2 * C], factor=-1.0))]
     x = inputs(rng_for(dims), dims)
     got = [output(module.run(x), dims) for module in modules]
     want = [expected(module.params, dims, x) for module in modules]
-    for i, (role, layer, rows, factor) in enumerate(scalings, 1):
-        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows", factor)
+    for i, (role, layer, rows) in enumerate(scalings, 1):
+        checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows")
+    checks.key_sign_matters((got[0], got[2], want[0], want[2]), (got[0], got[3], want[0], want[3]), "output",
+                            "qkv_key_sign_rows")

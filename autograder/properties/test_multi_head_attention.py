@@ -422,10 +422,12 @@ def test_device(worker, dims):
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
     (W_K scaled by checks.SCALE_FACTOR) must return other weights, and another output; and the
-    rows of each head must differ from one query to the next (checks.rows_differ). W_Q and W_K are
+    rows of each head must differ from one query to the next (checks.rows_differ); keys of the other sign must move
+    them too (checks.key_sign_matters). W_Q and W_K are
     all it takes: a module without W_O (parameter_count's business) is judged on its weights."""
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
+               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0),
+                             checks.layer_scale("W_Q"))]
     args = cross_inputs(rng_for(dims), dims)
     got = [outputs(module.run(*args), dims) for module in modules]
     query, key, value = (t.astype(np.float64) for t in args)
@@ -437,7 +439,8 @@ def test_attends(worker, dims):
 
     expected = [weights(m.params) for m in modules]
     checks.responds_to("keys", got[0][1], got[1][1], *expected[:2], "weights", "W_K")
-    checks.responds_to("key_sign", got[0][1], got[2][1], expected[0], expected[2], "weights", "W_K", factor=-1.0)
+    checks.key_sign_matters((got[0][1], got[3][1], expected[0], expected[3]),
+                            (got[0][1], got[2][1], expected[0], expected[2]), "weights", "W_K")
     checks.rows_differ(got[0][1], expected[0])
     if not modules[0].missing_layers:
         want = [reference.multi_head_attention(m.params, dims["h"], query, key, value)[0] for m in modules[:2]]

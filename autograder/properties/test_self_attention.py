@@ -278,17 +278,20 @@ def test_device(worker, dims):
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
     (W_K scaled by checks.SCALE_FACTOR) must return other weights, and another output; and its rows
-    must differ from one query to the next (checks.rows_differ). W_Q and W_K are all it takes: a
+    must differ from one query to the next (checks.rows_differ); keys of the other sign must move
+    them too (checks.key_sign_matters). W_Q and W_K are all it takes: a
     module without W_V (parameter_count's business) is judged on its weights."""
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
+               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0),
+                             checks.layer_scale("W_Q"))]
     x = inputs(rng_for(dims), dims)
     got = [outputs(module.run(x), dims) for module in modules]
     x = x.astype(np.float64)
     weights = [reference.attention(*(reference.linear(x, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
                for m in modules]
     checks.responds_to("keys", got[0][1], got[1][1], *weights[:2], "weights", "W_K")
-    checks.responds_to("key_sign", got[0][1], got[2][1], weights[0], weights[2], "weights", "W_K", factor=-1.0)
+    checks.key_sign_matters((got[0][1], got[3][1], weights[0], weights[3]),
+                            (got[0][1], got[2][1], weights[0], weights[2]), "weights", "W_K")
     checks.rows_differ(got[0][1], weights[0])
     if not modules[0].missing_layers:
         want = [reference.self_attention(module.params, x)[0] for module in modules[:2]]
