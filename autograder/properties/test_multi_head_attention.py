@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, example, expect_close
+from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
                       random_mask, runs_until_failure)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds

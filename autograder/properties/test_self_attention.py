@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import example, expect_close
+from .failures import example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
                       random_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
