@@ -145,10 +145,16 @@ def test_weights_from_norms_ignore_the_keys_sign_and_fail(projections):
         return reference.softmax(np.linalg.norm(queries, axis=-1)[..., :, None] * np.linalg.norm(keys, axis=-1)[..., None, :])
 
     with pytest.raises(PropertyFailure):
-        checks.key_sign_matters((norms_of(q, k), norms_of(checks.SCALE_FACTOR * q, k), *with_queries),
-                                (norms_of(q, k), norms_of(q, -k), *expected), "weights", "W_K")
+        checks.key_sign_matters((norms_of(q, k), norms_of(q, -k), *expected),
+                                lambda: (norms_of(q, k), norms_of(checks.SCALE_FACTOR * q, k), *with_queries),
+                                "weights", "W_K")
     from_keys = [reference.attention(keys, keys, keys)[1] for keys in (k, -k)]
-    checks.key_sign_matters((from_keys[0], from_keys[0], *with_queries), (*from_keys, *expected), "weights", "W_K")
+    checks.key_sign_matters((*from_keys, *expected), lambda: (from_keys[0], from_keys[0], *with_queries),
+                            "weights", "W_K")
+    asked = []  # where the sign moves the weights, the queries are never asked for
+    got = [reference.softmax(reference.unscaled_scores(q, keys)) for keys in (k, -k)]
+    checks.key_sign_matters((*got, *expected), lambda: asked.append(1), "weights", "W_K")
+    assert asked == []
 
 
 def test_rows_of_weights_from_the_keys_alone_are_all_alike_and_fail(projections):

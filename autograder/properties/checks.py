@@ -189,13 +189,17 @@ def movement(before, after, expected_before, expected_after):
     return float(np.nan_to_num(moved, nan=np.inf).max()), expected
 
 
-def key_sign_matters(queries, signs, what, layer):
+def key_sign_matters(signs, queries, what, layer):
     """Keys of the other sign must move the weights (signs: responds_to's before, after and
-    expected_* for W_K times -1), where the queries from W_Q move them (queries: the same for W_Q
-    times SCALE_FACTOR): a module whose queries come from W_K (K·Kᵀ, a mistake of the
-    projections) is blind to the keys' sign as norms |q|·|k| are, but not to W_Q."""
-    moved = movement(*queries)
-    if moved is not None and moved[0] >= ATTENDS_FRACTION * moved[1]:
+    expected_* for W_K times -1), where the queries from W_Q move them (queries(): the same for
+    W_Q times SCALE_FACTOR, asked for only when the sign moved nothing): a module whose queries
+    come from W_K (K·Kᵀ, a mistake of the projections) is blind to the keys' sign as norms |q|·|k|
+    are, but not to W_Q."""
+    moved = movement(*signs)
+    if moved is None or moved[0] >= ATTENDS_FRACTION * moved[1]:
+        return
+    by_queries = movement(*queries())
+    if by_queries is not None and by_queries[0] >= ATTENDS_FRACTION * by_queries[1]:
         responds_to("key_sign", *signs, what, layer, factor=-1.0)
 
 

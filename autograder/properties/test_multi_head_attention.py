@@ -425,22 +425,24 @@ def test_attends(worker, dims):
     rows of each head must differ from one query to the next (checks.rows_differ); keys of the other sign must move
     them too (checks.key_sign_matters). W_Q and W_K are
     all it takes: a module without W_O (parameter_count's business) is judged on its weights."""
-    modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0),
-                             checks.layer_scale("W_Q"))]
-    args = cross_inputs(rng_for(dims), dims)
-    got = [outputs(module.run(*args), dims) for module in modules]
-    query, key, value = (t.astype(np.float64) for t in args)
+    def module(scale):
+        return build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
 
     def weights(params):
         q, k = (reference.split_heads(reference.linear(t, params, n), dims["h"])
                 for t, n in ((query, "W_Q"), (key, "W_K")))
         return reference.attention(q, k, k)[1]
 
+    modules = [module(scale) for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
+    args = cross_inputs(rng_for(dims), dims)
+    got = [outputs(m.run(*args), dims) for m in modules]
+    query, key, value = (t.astype(np.float64) for t in args)
     expected = [weights(m.params) for m in modules]
     checks.responds_to("keys", got[0][1], got[1][1], *expected[:2], "weights", "W_K")
-    checks.key_sign_matters((got[0][1], got[3][1], expected[0], expected[3]),
-                            (got[0][1], got[2][1], expected[0], expected[2]), "weights", "W_K")
+    queried = module(checks.layer_scale("W_Q"))
+    checks.key_sign_matters((got[0][1], got[2][1], expected[0], expected[2]),
+                            lambda: (got[0][1], outputs(queried.run(*args), dims)[1], expected[0], weights(queried.params)),
+                            "weights", "W_K")
     checks.rows_differ(got[0][1], expected[0])
     if not modules[0].missing_layers:
         want = [reference.multi_head_attention(m.params, dims["h"], query, key, value)[0] for m in modules[:2]]

@@ -281,18 +281,25 @@ def test_attends(worker, dims):
     must differ from one query to the next (checks.rows_differ); keys of the other sign must move
     them too (checks.key_sign_matters). W_Q and W_K are all it takes: a
     module without W_V (parameter_count's business) is judged on its weights."""
-    modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
-               for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0),
-                             checks.layer_scale("W_Q"))]
+    def module(scale):
+        return build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale, required=("W_Q", "W_K"))
+
+    def weights(m):
+        return reference.attention(*(reference.linear(x64, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
+
+    def run(m):
+        return outputs(m.run(x), dims)
+
+    modules = [module(scale) for scale in (None, checks.layer_scale("W_K"), checks.layer_scale("W_K", factor=-1.0))]
     x = inputs(rng_for(dims), dims)
-    got = [outputs(module.run(x), dims) for module in modules]
-    x = x.astype(np.float64)
-    weights = [reference.attention(*(reference.linear(x, m.params, n) for n in ("W_Q", "W_K", "W_K")))[1]
-               for m in modules]
-    checks.responds_to("keys", got[0][1], got[1][1], *weights[:2], "weights", "W_K")
-    checks.key_sign_matters((got[0][1], got[3][1], weights[0], weights[3]),
-                            (got[0][1], got[2][1], weights[0], weights[2]), "weights", "W_K")
-    checks.rows_differ(got[0][1], weights[0])
+    x64 = x.astype(np.float64)
+    got = [run(m) for m in modules]
+    expected = [weights(m) for m in modules]
+    checks.responds_to("keys", got[0][1], got[1][1], *expected[:2], "weights", "W_K")
+    queried = module(checks.layer_scale("W_Q"))
+    checks.key_sign_matters((got[0][1], got[2][1], expected[0], expected[2]),
+                            lambda: (got[0][1], run(queried)[1], expected[0], weights(queried)), "weights", "W_K")
+    checks.rows_differ(got[0][1], expected[0])
     if not modules[0].missing_layers:
-        want = [reference.self_attention(module.params, x)[0] for module in modules[:2]]
+        want = [reference.self_attention(m.params, x64)[0] for m in modules[:2]]
         checks.responds_to("keys", got[0][0], got[1][0], *want, "output", "W_K")
