@@ -584,8 +584,9 @@ def causal_dropout(params, heads, x, p, trained, path):
 def dropout_acts_at_shape(evaluated, trained, p, path, case):
     """CausalSelfAttention at a shape apart from the usual ones (B=1, T=1: `case`), one path whose
     dropout was found right at those: in train mode resid_drop zeroes some entries of the output,
-    and attn_drop changes some kept ones, which are otherwise exactly eval's output divided by
-    (1 - p). Both on thousands of draws: a correct module fails with probability < 1e-8."""
+    and attn_drop changes some kept ones, which are otherwise eval's output (`evaluated`, the
+    reference's) divided by (1 - p). Both on thousands of draws: a correct module fails with
+    probability < 1e-8."""
     require((trained == 0).any(), "not_dropped_at_shape", layer="resid_drop", case=case, p=p, path=path)
     kept = trained != 0
     tolerance = 1e-4 + 1e-4 * np.abs(trained)
