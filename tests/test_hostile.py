@@ -134,11 +134,24 @@ graded = grade(sys.argv[1], config.load(sys.argv[2]), sys.argv[3])
 left.extend(pid for pid, _, parent, session in processes() if parent == os.getpid() or session in sessions)
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
 first_uid = int(os.environ["AUTOGRADER_WORKER_UID"])
+
+def lasting_residue(last, wait_s=5.0):
+    """Residue of the uids that is still there after wait_s: the kernel frees some things after
+    the grader has done its part (keys cleared by KEYCTL_CLEAR go when its key collector runs),
+    which under load was once seen a moment late; a file, object or process left behind stays."""
+    import time
+    deadline = time.monotonic() + wait_s
+    found = residue.uids_with_residue(first_uid, last)
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = residue.uids_with_residue(first_uid, last)
+    return sorted(found)
+
 print(json.dumps({
     "outcomes": [o.as_dict() for o in graded.outcomes], "seconds": graded.seconds,
     "worker_peak_mib": graded.peak_rss_mib, "grader_peak_mib": int(status["VmHWM"].split()[0]) / 1024,
     "left": sorted(set(left)), "isolation": graded.isolation,
-    "residue": sorted(residue.uids_with_residue(first_uid, first_uid + int(sys.argv[4]) - 1)),
+    "residue": lasting_residue(first_uid + int(sys.argv[4]) - 1),
 }))
 '''
 
