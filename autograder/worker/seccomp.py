@@ -1,14 +1,20 @@
-"""A system call filter for the worker: it may not make namespaces or sockets of its own.
+"""A system call filter for the worker: no namespaces of its own, and no kernel memory that no count sees.
 
 An unprivileged process may create a user namespace, and inside it mount file systems of any size
 (tmpfs: memory no RSS shows and no grader count reaches) or build a sandbox the grader cannot see
 into. Docker's default seccomp profile already refuses it (that is Gradescope's case); this filter
 refuses it everywhere else, in both isolation layers: unshare and clone with CLONE_NEWUSER (or any
 other namespace flag) fail with EPERM, and clone3, whose flags a filter cannot read, fails with
-ENOSYS, so that the C library falls back to clone, as it does under Docker. socket and socketpair
-fail with EPERM too: the worker has no network, talks to the grader over pipes it was given, and
-a socket's buffers are kernel memory no RSS shows (100 filled socket pairs held 1.7 GB against a
-512 MiB limit). Installed after no_new_privs, the filter is inherited by every process the worker
+ENOSYS, so that the C library falls back to clone, as it does under Docker.
+
+The calls in REFUSED fail with EPERM: each makes kernel memory that neither a process's RSS nor
+the grader's count of memory outside processes shows, and the worker needs none of them (it has no
+network and talks to the grader over pipes it was given). socket and socketpair: 100 filled Unix
+socket pairs held 1.7 GB against a 512 MiB limit. io_uring: its IORING_OP_SOCKET makes sockets
+without calling socket (110 filled pairs, 1.7 GB). System V message queues and semaphore sets:
+16 million empty messages in 1024 queues held 1.2 GB of unreclaimable kernel memory, with a
+ceiling of ~31 GB (shared memory segments, which torch never uses either, are counted instead:
+watch.py). Installed after no_new_privs, the filter is inherited by every process the worker
 starts and cannot be removed.
 """
 import ctypes
@@ -19,33 +25,42 @@ PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 EPERM, ENOSYS = 1, 38
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
-# (audit architecture, unshare, clone, clone3, socket, socketpair) per machine; x86_64's x32 calls
-# have bit 30 set
-ARCHITECTURES = {"x86_64": (0xC000003E, 272, 56, 435, 41, 53), "aarch64": (0xC00000B7, 97, 220, 435, 198, 199)}
+REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "msgget", "semget")
+# (audit architecture, system call numbers) per machine; x86_64's x32 calls have bit 30 set
+ARCHITECTURES = {
+    "x86_64": (0xC000003E, {"unshare": 272, "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
+                            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                            "msgget": 68, "semget": 64}),
+    "aarch64": (0xC00000B7, {"unshare": 97, "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199,
+                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                             "msgget": 186, "semget": 190}),
+}
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 
 
-def _program(arch, unshare, clone, clone3, socket, socketpair):
+def _program(arch, numbers):
     """The classic BPF program, as (code, jump if true, jump if false, k) instructions."""
     deny, missing, allow = SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ERRNO | ENOSYS, SECCOMP_RET_ALLOW
+    refused = [numbers[name] for name in REFUSED]
+    last = len(refused) - 1
     return [
-        (LD_W_ABS, 0, 0, 4),              # 0  architecture
-        (JEQ_K, 1, 0, arch),              # 1  ours: go on; else refuse
-        (RET_K, 0, 0, deny),              # 2
-        (LD_W_ABS, 0, 0, 0),              # 3  system call number
-        (JGE_K, 0, 1, 0x40000000),        # 4  x32 calls: refuse
-        (RET_K, 0, 0, deny),              # 5
-        (JEQ_K, 0, 1, clone3),            # 6
-        (RET_K, 0, 0, missing),           # 7
-        (JEQ_K, 1, 0, socket),            # 8  sockets: refuse
-        (JEQ_K, 0, 1, socketpair),        # 9
-        (RET_K, 0, 0, deny),              # 10
-        (JEQ_K, 1, 0, unshare),           # 11 flags in the first argument for both calls
-        (JEQ_K, 0, 3, clone),             # 12
-        (LD_W_ABS, 0, 0, 16),             # 13 low 32 bits of the first argument
-        (JSET_K, 0, 1, NAMESPACE_FLAGS),  # 14
-        (RET_K, 0, 0, deny),              # 15
-        (RET_K, 0, 0, allow),             # 16
+        (LD_W_ABS, 0, 0, 4),              # architecture
+        (JEQ_K, 1, 0, arch),              # ours: go on; else refuse
+        (RET_K, 0, 0, deny),
+        (LD_W_ABS, 0, 0, 0),              # system call number
+        (JGE_K, 0, 1, 0x40000000),        # x32 calls: refuse
+        (RET_K, 0, 0, deny),
+        (JEQ_K, 0, 1, numbers["clone3"]),
+        (RET_K, 0, 0, missing),
+        # each refused call jumps to the one refusal after them; the last one's "no" skips it
+        *((JEQ_K, last - i, 1 if i == last else 0, number) for i, number in enumerate(refused)),
+        (RET_K, 0, 0, deny),
+        (JEQ_K, 1, 0, numbers["unshare"]),  # flags in the first argument for both calls
+        (JEQ_K, 0, 3, numbers["clone"]),
+        (LD_W_ABS, 0, 0, 16),             # low 32 bits of the first argument
+        (JSET_K, 0, 1, NAMESPACE_FLAGS),
+        (RET_K, 0, 0, deny),
+        (RET_K, 0, 0, allow),
     ]
 
 
