@@ -39,7 +39,20 @@ class Collector:
     def pytest_configure(self, config):
         config.addinivalue_line("markers", "graded(cls, prop): the graded property a test checks")
 
+    def pytest_collectreport(self, report):
+        """A suite file that cannot be imported (a syntax error in a property an instructor added,
+        say) is named with its error, not reported as properties grading.yml has but the suite lacks."""
+        if report.failed and self.error is None:
+            # pytest's "E   " lines: where the import failed (File "...", line N) and the error
+            said = [line[1:].strip() for line in str(report.longrepr).splitlines() if line.startswith("E ")]
+            where = next((line for line in said if line.startswith("File ")), "")
+            self.error = SuiteError(f"{report.nodeid or 'the suite'} could not be loaded: "
+                                    + "; ".join(filter(None, (where, said[-1] if said else "?"))))
+
     def pytest_collection_modifyitems(self, session, config, items):
+        if self.error is not None:
+            items.clear()
+            return
         try:
             self._check_tags(items)
         except SuiteError as exc:  # run_properties raises it: pytest would bury it in an INTERNALERROR dump

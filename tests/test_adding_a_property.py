@@ -71,3 +71,17 @@ def test_the_readme_example_adds_a_graded_property_with_three_edits(tmp_path):
     assert results["score"] == sum(t["max_score"] for t in results["tests"]) == 49
     # the copy graded itself (its suite has the new property), and the checkout was not touched
     assert subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout == changed
+
+
+def test_a_property_file_that_cannot_be_imported_is_named_with_its_error(tmp_path):
+    """An instructor's slip in a suite file stops grading with that file's error, not with a list
+    of every property grading.yml has and the suite seems to lack."""
+    project = _copy(tmp_path)
+    with open(project / "autograder" / "properties" / "test_self_attention.py", "a", encoding="utf-8") as handle:
+        handle.write("\n\ndef broken(:\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "solutions/attention.py", "--out", "out"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0 and not (project / "out" / "results.json").exists()
+    assert "test_self_attention.py could not be loaded" in done.stderr and "SyntaxError" in done.stderr, done.stderr
+    assert "does not define" not in done.stderr
