@@ -276,3 +276,62 @@ def test_float32_softmax_weights_are_never_called_reduced_precision_over_many_dr
     for _ in range(2000):
         scores = (rng.standard_normal((1, 2, 2)) * rng.choice([0.01, 1.0, 30.0])).astype(np.float32)
         checks.not_reduced_precision(softmax(scores).astype(np.float32).astype(np.float64))  # float64 math, float32 out
+
+
+class Redrawn:
+    """A module in train mode whose gradients depend on the dropout seed: under the seeds in
+    `silenced` the draw drops every weight on the paths to W_Q (its gradient exactly zero).
+    With `detached_rows`, the first rows of the fused qkv weight (the queries') never get any."""
+
+    params = {"W_Q.weight": None, "qkv.weight": None, "qkv.bias": None}
+
+    def __init__(self, silenced=(), detached_rows=0):
+        self.silenced, self.detached_rows, self.seeds = silenced, detached_rows, []
+
+    def run(self, *args, seed=0, **options):
+        from types import SimpleNamespace
+
+        self.seeds.append(seed)
+        qkv = np.ones((6, 2))
+        qkv[:self.detached_rows] = 0
+        return SimpleNamespace(grads={"W_Q.weight": np.zeros((2, 2)) if seed in self.silenced else np.ones((2, 2)),
+                                      "qkv.weight": qkv, "qkv.bias": np.ones(6)})
+
+
+def judged(module):
+    call = ((), {"train": True, "seed": 3})
+    try:
+        checks.gradients_reach_every_parameter_in_train(module, call, module.run(**call[1]))
+    except PropertyFailure as failure:
+        return failure
+    return None
+
+
+def test_a_zero_gradient_that_another_dropout_draw_does_not_repeat_passes():
+    """One draw silenced W_Q (a mask shared by the batch makes that likely): not a detach."""
+    module = Redrawn(silenced={3})
+    assert judged(module) is None
+    assert len(module.seeds) == 2  # the call, then one redraw under another seed
+
+
+def test_a_zero_gradient_that_every_dropout_draw_repeats_fails():
+    """A parameter cut from the graph in train mode (detached there) has no gradient under any draw."""
+    module = Redrawn(silenced=range(10**6))
+    failure = judged(module)
+    assert failure.code == "zero_gradient" and failure.params["names"] == ["W_Q.weight"]
+    assert len(module.seeds) == 1 + checks.DROPOUT_REDRAWS
+
+
+def test_rows_of_a_fused_weight_without_a_gradient_fail_though_the_weight_has_one():
+    """Scores detached while training: the query and key rows of qkv get nothing, its value rows do."""
+    failure = judged(Redrawn(detached_rows=4))
+    assert failure.code == "zero_gradient_rows"
+    assert (failure.params["name"], failure.params["count"], failure.params["rows"]) == ("qkv.weight", 4, 6)
+
+
+def test_rows_are_not_judged_where_the_eval_forward_pass_is_wrong():
+    """A forward pass that is not the reference's can leave rows without a gradient (heads split
+    without a transpose): reference_match's mistake, not a second one here."""
+    module = Redrawn(detached_rows=4)
+    call = ((), {"train": True, "seed": 3})
+    checks.gradients_reach_every_parameter_in_train(module, call, module.run(**call[1]), rows=False)

@@ -367,3 +367,33 @@ def test_dropout_tied_to_autograd_drops_nothing_in_train_mode_under_no_grad():
     with torch.no_grad():
         assert torch.allclose(csa(x), causal(csa, x))  # train mode, p = 0.5: nothing dropped
     assert (csa(x) == 0).sum() > 50  # with autograd on it drops
+
+
+def test_a_dropout_mask_drawn_for_one_example_drops_the_same_weights_in_every_example(monkeypatch):
+    module = load("causal_dropout_mask_shared_by_batch")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=4, n_head=2, block_size=4, dropout=0.5)).double().train()
+    drawn = []
+    rand_like = torch.rand_like
+    monkeypatch.setattr(torch, "rand_like", lambda t, **kw: drawn.append(tuple(t.shape)) or rand_like(t, **kw))
+    causal(torch.randn(8, 4, 4, dtype=torch.float64))
+    assert drawn == [(1, 2, 4, 4)]  # what the file does: one (heads, T, T) mask, broadcast over 8 examples
+    torch.manual_seed(0)
+    dropped = nn.Dropout(0.5)(torch.ones(8, 2, 4, 4, dtype=torch.float64)) == 0  # nn.Dropout: a draw per element
+    assert not all(torch.equal(dropped[0], dropped[b]) for b in range(1, 8))
+
+
+def test_attention_weights_detached_in_train_mode_give_the_queries_and_keys_no_gradient():
+    module = load("causal_weights_detached_in_train")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=4, n_head=2, block_size=4, dropout=0.1)).double().train()
+    x = torch.randn(8, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    causal(x).sum().backward()
+    q_rows, k_rows, v_rows = causal.qkv.weight.grad.split(4)
+    assert not q_rows.any() and not k_rows.any() and v_rows.any()  # what the file does
+    q, k, v = (t.view(8, 4, 2, 2).transpose(1, 2) for t in causal.qkv(x).split(4, dim=2))
+    causal.zero_grad()
+    mask = torch.tril(torch.ones(4, 4))
+    torch.manual_seed(0)
+    out = attention(q, k, v, mask)[0]  # the statement's weights stay in the graph (dropout aside)
+    causal.proj(out.transpose(1, 2).reshape(8, 4, 4)).sum().backward()
+    assert causal.qkv.weight.grad.split(4)[0].any()

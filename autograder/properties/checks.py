@@ -250,6 +250,57 @@ def gradients_reach_every_parameter(reply, biased=True):
     require(not zero, "zero_gradient", names=zero)
 
 
+DROPOUT_REDRAWS = 2
+
+
+def gradients_reach_every_parameter_in_train(module, call, reply, biased=True, rows=True):
+    """gradients_reach_every_parameter for a call in train mode; with rows (where the module's eval
+    forward pass is the reference's: a wrong one can leave rows without a gradient, and is
+    reference_match's), every row (output unit) of each contract layer's weight gets a gradient
+    too: a fused layer (qkv) whose query or key rows get none, because the scores are detached
+    while training, still has a nonzero gradient as a whole, and in train mode no reference
+    gradient is compared (the dropout draw is the module's).
+    A zero that this call's dropout draw gives but another seed's does not was silenced by that draw
+    (every weight on its paths dropped: likelier with one mask shared along an axis, which is
+    train_dropout's business), not cut from the graph: only a zero every draw repeats fails.
+    Costs an exchange only after a zero."""
+    try:
+        _train_gradients_reach(reply, module.params if rows else {}, biased)
+    except PropertyFailure as failure:
+        if failure.code not in ("zero_gradient", "zero_gradient_rows"):
+            raise
+        args, options = call
+        for redraw in range(1, DROPOUT_REDRAWS + 1):
+            again, error = attempted(lambda: module.run(*args, **{**options, "seed": options.get("seed", 0) + 7919 * redraw}))
+            if error is None and not _zero_anywhere(again.grads, failure.params["names"], rows):
+                return
+        raise
+
+
+def _train_gradients_reach(reply, contract, biased):
+    gradients_reach_every_parameter(reply, biased)
+    rows = {name: _zero_rows(reply.grads[name]) for name in sorted(contract)
+            if name.endswith(".weight") and reply.grads.get(name) is not None and reply.grads[name].ndim == 2}
+    zero = {name: count for name, count in rows.items() if count}
+    if zero:
+        name = next(iter(zero))
+        raise PropertyFailure("zero_gradient_rows", names=list(zero), name=name, count=zero[name],
+                              rows=reply.grads[name].shape[0])
+
+
+def _zero_rows(grad):
+    return int((~np.any(grad, axis=1)).sum())
+
+
+def _zero_anywhere(grads, names, rows):
+    """Whether any of these parameters' gradients is missing, or zero as a whole (or, with rows, in a row)."""
+    for name in names:
+        grad = grads.get(name)
+        if grad is None or not np.any(grad) or (rows and grad.ndim == 2 and _zero_rows(grad)):
+            return True
+    return False
+
+
 # gradients_match_reference: the central difference's step (float64: its error is ~1e-10 here), and
 # the tolerance of the module's float32 gradient: relative to the size of the sum it is, plus, for a
 # gradient whose true value is ~0 (a key bias's: float32 leaves ~1e-7 there), to the largest one's.

@@ -332,7 +332,10 @@ def test_gradients(worker, dims, fused, p, seed, data):
             out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
             right.append(checks.right_with_autograd(module, calls[0], reply, out, bound))
         if i < 3:
-            checks.gradients_reach_every_parameter(reply)
+            if i == 0:
+                checks.gradients_reach_every_parameter(reply)
+            else:
+                checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=right[0])
             if i == 0 and right[0]:  # judged where the forward pass is right: a wrong one is reference_match's
                 checks.gradients_match_reference(
                     reply, module.params, lambda p: reference.causal_self_attention(p, dims["n_head"], x.astype(np.float64)),

@@ -338,15 +338,21 @@ def test_gradients(worker, dims, p, seed, data):
     calls = [(args, {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]}), (args, {**train, "seed": seed}),
              (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
 
+    right = []  # whether the eval forward pass (call 0) is the reference's
+
     def checked(i, reply):
         if i > 0 and not checks.outputs_finite(reply):
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
-            checks.gradients_reach_every_parameter(reply, biased=False)
+            if i == 0:
+                checks.gradients_reach_every_parameter(reply, biased=False)
+            else:
+                checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=right[0])
             if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
                 inputs64 = [t.astype(np.float64) for t in args]
                 out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
-                if checks.right_with_autograd(module, calls[0], reply, out, e_out):
+                right.append(checks.right_with_autograd(module, calls[0], reply, out, e_out))
+                if right[0]:
                     checks.gradients_match_reference(
                         reply, module.params, lambda p: reference.multi_head_attention(p, dims["h"], *inputs64)[0],
                         everywhere, rng)
