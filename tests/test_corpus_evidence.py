@@ -397,3 +397,24 @@ def test_attention_weights_detached_in_train_mode_give_the_queries_and_keys_no_g
     out = attention(q, k, v, mask)[0]  # the statement's weights stay in the graph (dropout aside)
     causal.proj(out.transpose(1, 2).reshape(8, 4, 4)).sum().backward()
     assert causal.qkv.weight.grad.split(4)[0].any()
+
+
+def test_a_mask_kept_in_self_closes_positions_of_a_call_without_a_mask():
+    module = load("sa_mask_kept_when_none")
+    sa = module.SelfAttention(4)
+    x = torch.randn(2, 3, 4)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    sa(x, mask)
+    q, k, v = sa.W_Q(x), sa.W_K(x), sa.W_V(x)
+    assert not torch.allclose(sa(x)[0], attention(q, k, v)[0])  # no mask: nothing is blocked
+
+
+def test_a_2d_mask_read_as_padding_when_its_rows_are_the_batch_closes_other_positions():
+    module = load("mha_2d_mask_read_as_padding")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+    query, key = torch.randn(3, 3, 4), torch.randn(3, 5, 4)  # B == Tq == 3
+    mask = torch.tensor([[1, 0, 0, 1, 0], [1, 1, 0, 0, 1], [1, 0, 1, 1, 1]])  # (Tq, Tk): every example alike
+    weights = mha(query, key, key, mask)[1]
+    assert not torch.equal(weights == 0, (mask == 0).expand(3, 2, 3, 5))  # what the file does
+    q, k, v = (t.view(3, -1, 2, 2).transpose(1, 2) for t in (mha.W_Q(query), mha.W_K(key), mha.W_V(key)))
+    assert torch.equal(attention(q, k, v, mask)[1] == 0, (mask == 0).expand(3, 2, 3, 5))  # the statement's

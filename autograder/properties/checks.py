@@ -974,10 +974,11 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
     they change are reference_match's to report, not this property's. Once both
     give the reference's outputs (expected(i): as reference_across_calls'), every other call must
     too: the same rule read from a bool or long mask, a 2-D or a per-head one, or another mask of
-    the first form (nothing kept from an earlier mask). A call that misses is blamed on its mask
-    only if the same rule in the first form (canonical(mask): [(float32 (B, Tq, Tk) mask, the head
-    it is for, or None for all)]) gives a fresh module (fresh()) other outputs: a module whose
-    attention is wrong whatever the form (on some inputs only) fails reference_match, not this."""
+    the first form (nothing kept from an earlier mask), and a later call without a mask (none
+    kept). A call that misses is blamed on its mask only if the same rule in the first form
+    (canonical(mask, batch): [(float32 (batch, Tq, Tk) mask, the head it is for, or None for all)])
+    gives a fresh module (fresh()) other outputs: a module whose attention is wrong whatever the
+    form (on some inputs only) fails reference_match, not this."""
     from .harness import call_failure, mask_forms_judged, runs_until_failure
 
     with mask_forms_judged():
@@ -1007,7 +1008,7 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             column = nan_in_closed_columns(weights, blocked)
             if column is not None:
                 raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
-            if i >= 2 and second_opinion(lambda: _closes_on_a_fresh_module(fresh(), calls[i], blocked, shaped)):
+            if i >= 2 and second_opinion(lambda: _closes_on_a_fresh_module(fresh(), calls[i], i, blocked, shaped)):
                 raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
             want, bound, magnitude, _ = expected(i)[0]
             if np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
@@ -1028,25 +1029,30 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
         for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
             try:
                 matches_reference(actual, want, bound, "mask_form_mismatch", magnitude, what=what, call=i + 1,
-                                  **described[i], first_shape=described[1]["shape"], first_dtype=described[1]["dtype"])
+                                  **(described[i] or {}), first_shape=described[1]["shape"],
+                                  first_dtype=described[1]["dtype"])
             except PropertyFailure as failure:
                 if second_opinion(lambda: matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped)):  # a mask kept from before
-                    raise PropertyFailure("depends_on_earlier_calls", **{**failure.params, "calls": len(calls)}) from None
-                if second_opinion(lambda: _differs_from_first_form(fresh(), calls[i], got, canonical(masks[i]), shaped)):
+                    code = "depends_on_earlier_calls" if masks[i] is not None else "mask_kept_without_mask"
+                    raise PropertyFailure(code, **{**failure.params, "calls": len(calls)}) from None
+                batch = len(calls[i][0][0])
+                if masks[i] is not None and second_opinion(
+                        lambda: _differs_from_first_form(fresh(), calls[i], i, got, canonical(masks[i], batch), shaped)):
                     raise
                 break
 
 
-def _closes_on_a_fresh_module(module, call, blocked, shaped):
-    """Whether `call` on a freshly built module gives exactly 0 weight wherever its mask closes
-    (blocked): then the module that leaked there read a mask kept from an earlier call."""
+def _closes_on_a_fresh_module(module, call, index, blocked, shaped):
+    """Whether `call` (the index-th) on a freshly built module gives exactly 0 weight wherever its
+    mask closes (blocked): then the module that leaked there read a mask kept from an earlier call."""
     args, options = call
-    return bool(np.all(shaped(0, module.run(*args, **options))[1][blocked] == 0.0))
+    return bool(np.all(shaped(index, module.run(*args, **options))[1][blocked] == 0.0))
 
 
-def _differs_from_first_form(module, call, got, twins, shaped):
-    """Whether module, given the rule of call's mask in the first form (twins: canonical's), returns
-    other outputs than `got` (or, for a per-head mask, other weights for any head)."""
+def _differs_from_first_form(module, call, index, got, twins, shaped):
+    """Whether module, given the rule of call's (the index-th's) mask in the first form (twins:
+    canonical's), returns other outputs than `got` (or, for a per-head mask, other weights for any
+    head)."""
     from .harness import runs_until_failure
 
     args, options = call
@@ -1054,7 +1060,7 @@ def _differs_from_first_form(module, call, got, twins, shaped):
     if failed:
         return True
     for (_, head), reply in zip(twins, replies):
-        out, weights = shaped(0, reply)
+        out, weights = shaped(index, reply)
         pairs = [(got[0], out), (got[1], weights)] if head is None else [(got[1][:, head], weights[:, head])]
         if not all(np.allclose(a, b, rtol=REFERENCE_RTOL, atol=REFERENCE_ATOL, equal_nan=True) for a, b in pairs):
             return True

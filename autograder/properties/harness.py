@@ -384,6 +384,15 @@ def masks_in_turn(rng, shapes, turn):
             for i, shape in enumerate(shapes)]
 
 
+def square_batch_then_no_mask(rng, calls, masks, square_args, mask_shape, turn):
+    """masked_zero's calls and masks with two more: a 2-D mask (mask_shape, the same for every
+    example) on a batch as long as its rows (square_args), which a module that tells masks apart
+    by their first axis reads as a (B, Tk) padding mask; then calls[0] again, without a mask,
+    after the masked calls (a mask kept from one of them closes positions)."""
+    mask = random_mask(rng, *mask_shape, dtype=MASK_DTYPES[turn % len(MASK_DTYPES)])
+    return [*calls, (square_args, {"mask": mask}), calls[0]], [*masks, mask, None]
+
+
 def one_row(shape, row, rng):
     """An upstream gradient (float32) that is zero except on query row `row` (axis -2)."""
     upstream = np.zeros(shape, np.float32)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
-                      random_mask, runs_until_failure)
+                      random_mask, runs_until_failure, square_batch_then_no_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -144,20 +144,23 @@ def test_masked_zero(worker, dims, turn):
     first = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     args = cross_inputs(rng, dims)
+    calls, masks = square_batch_then_no_mask(rng, [(args, {"mask": mask}) for mask in masks], masks,
+                                             cross_inputs(rng, {**dims, "B": dims["Tq"]}), (dims["Tq"], dims["Tk"]), turn)
 
     def expected(i):
+        given, _ = calls[i]
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
-            module.params, dims["h"], *(t.astype(np.float64) for t in args), masks[i])
+            module.params, dims["h"], *(t.astype(np.float64) for t in given), masks[i])
         return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
 
-    def canonical(mask):
+    def canonical(mask, batch):
         """The rule as float32 (B, Tq, Tk) masks: one for every head, or one per head if they differ."""
-        full = np.broadcast_to(reference.head_mask(mask), (dims["B"], dims["h"], dims["Tq"], dims["Tk"]))
+        full = np.broadcast_to(reference.head_mask(mask), (batch, dims["h"], dims["Tq"], dims["Tk"]))
         if (full == full[:, :1]).all():
             return [(full[:, 0].astype(np.float32), None)]
         return [(full[:, head].astype(np.float32), head) for head in range(dims["h"])]
 
-    checks.masks_accepted(module, [(args, {"mask": mask}) for mask in masks], lambda i, reply: outputs(reply, dims),
+    checks.masks_accepted(module, calls, lambda i, reply: outputs(reply, {**dims, "B": len(calls[i][0][0])}),
                           masks, expected, INPUT_NAMES, lambda: loaded(worker, dims, dropout=0.3)[0], canonical,
                           reference.head_mask)
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
-                      random_mask)
+                      random_mask, square_batch_then_no_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 
 CLS = "SelfAttention"
@@ -94,18 +94,22 @@ def test_masked_zero(worker, dims, turn):
     then each shape of mask_shapes as bool, long or float32 in turn (every pairing of shape and
     dtype over the examples: harness.masks_in_turn), then another mask of that form."""
     module, rng = loaded(worker, dims)
-    first = random_mask(rng, dims["B"], dims["T"], dims["T"])
+    T = dims["T"]
+    first = random_mask(rng, dims["B"], T, T)
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     x = inputs(rng, dims)
+    calls, masks = square_batch_then_no_mask(rng, [((x,), {"mask": mask}) for mask in masks], masks,
+                                             (inputs(rng, {**dims, "B": T}),), (T, T), turn)
 
     def expected(i):
-        out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), masks[i])
+        (given,), _ = calls[i]
+        out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, given.astype(np.float64), masks[i])
         return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
 
-    def canonical(mask):
-        return [(np.broadcast_to(mask, (dims["B"], dims["T"], dims["T"])).astype(np.float32), None)]
+    def canonical(mask, batch):
+        return [(np.broadcast_to(mask, (batch, T, T)).astype(np.float32), None)]
 
-    checks.masks_accepted(module, [((x,), {"mask": mask}) for mask in masks], lambda i, reply: outputs(reply, dims),
+    checks.masks_accepted(module, calls, lambda i, reply: outputs(reply, {**dims, "B": len(calls[i][0][0])}),
                           masks, expected, INPUT_NAMES, lambda: loaded(worker, dims)[0], canonical)
 
 
