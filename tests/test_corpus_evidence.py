@@ -418,3 +418,14 @@ def test_a_2d_mask_read_as_padding_when_its_rows_are_the_batch_closes_other_posi
     assert not torch.equal(weights == 0, (mask == 0).expand(3, 2, 3, 5))  # what the file does
     q, k, v = (t.view(3, -1, 2, 2).transpose(1, 2) for t in (mha.W_Q(query), mha.W_K(key), mha.W_V(key)))
     assert torch.equal(attention(q, k, v, mask)[1] == 0, (mask == 0).expand(3, 2, 3, 5))  # the statement's
+
+
+def test_projections_cached_by_the_inputs_address_are_stale_when_the_tensor_is_refilled():
+    module = load("sa_projections_cached_by_address")
+    sa = module.SelfAttention(4)
+    x = torch.randn(2, 3, 4)
+    sa(x)
+    x.copy_(torch.randn(2, 3, 4))  # the same buffer, new values (as a training loop refills its input)
+    want = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]
+    assert not torch.allclose(sa(x)[0], want)  # what the file does: the first values' Q, K, V
+    assert torch.allclose(sa(x.clone())[0], want)  # the same values at another address

@@ -240,3 +240,31 @@ def test_the_worker_reads_a_modules_members_as_nn_module_keeps_them(tmp_path):
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["params", "True", "buffers", "True", "modules", "True", "persistent", "True",
                                       "lying", "True"], printed.stderr
+
+
+IN_PLACE = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Probe", {{}}, "probe")
+for value, shape, in_place in ((1, (2, 3), False), (2, (2, 3), True), (3, (2, 4), True), (4, (2, 4), False)):
+    worker.op_call("probe", "forward", [np.full(shape, value, np.float32)], in_place=in_place)
+seen = worker.module.SEEN
+print(seen[0][0] == seen[1][0], [s[1] for s in seen], seen[2][0] != seen[1][0], seen[3][0] != seen[2][0])
+"""
+
+
+def test_an_in_place_call_writes_its_values_into_the_previous_calls_tensors(tmp_path):
+    """in_place: the module gets the very tensor of its previous call, holding the new values (a cache
+    keyed on the tensor's address sees them); of another shape, or without in_place, a new tensor."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\nSEEN = []\n\nclass Probe(torch.nn.Module):\n"
+                          "    def forward(self, x):\n        SEEN.append((x.data_ptr(), float(x.sum())))\n"
+                          "        return x * 1\n", encoding="utf-8")
+    script = tmp_path / "in_place.py"
+    script.write_text(IN_PLACE.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["True", "[6.0,", "12.0,", "24.0,", "32.0]", "True", "True"], printed.stderr

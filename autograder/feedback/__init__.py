@@ -246,7 +246,7 @@ def _hint(outcome, hints):
 # Switches of a failing call said in words after it ("en modo entrenamiento"), and those not shown:
 # the seed of dropout's randomness tells a student nothing they can use, and the gradient fed to
 # backward is the grader's instrument ("seguida de backward" says enough).
-CALL_MODES = ("train", "grad", "noncontiguous", "device")
+CALL_MODES = ("train", "grad", "noncontiguous", "in_place", "device")
 CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grads")
 
 
@@ -281,6 +281,8 @@ def _call(call, cls, labels):
         modes.append(labels["call_grad"])
     if call.get("noncontiguous"):
         modes.append(labels["call_noncontiguous"])
+    if call.get("in_place"):
+        modes.append(labels["call_in_place"])
     if call.get("device") not in (None, "cpu"):
         modes.append(labels["call_device"].format(device=call["device"]))
     return f"{shown} {', '.join(modes)}" if modes else shown

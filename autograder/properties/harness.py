@@ -239,7 +239,8 @@ class Remote:
 
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
-          device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(), **kwargs):
+          device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
+          in_place=False, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -247,14 +248,15 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
     gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
     `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one position along the sequence instead of their
-    result; reload: Remote.reloading's option."""
+    result; reload: Remote.reloading's option; in_place (without grad): the worker writes the
+    arrays into the tensors the module's previous call got, where their shapes match."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
-            "reload": reload, "rolled": list(rolled)}
+            "reload": reload, "rolled": list(rolled), "in_place": in_place}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
