@@ -29,7 +29,8 @@ UPSTREAM_CODES = {"shape_mismatch": "shapes", "missing_output": "shapes", "not_a
                   "output_nan_upstream": "causality",
                   "masked_rows_nan_upstream": "masked_zero", "masked_weight_not_zero_upstream": "masked_zero",
                   "masked_column_nan_upstream": "rows_sum_to_one", "rows_do_not_sum_to_one_upstream": "rows_sum_to_one",
-                  "rows_dropped_in_eval": "eval_deterministic", "eval_random_upstream": "eval_deterministic"}
+                  "rows_dropped_in_eval": "eval_deterministic", "eval_random_upstream": "eval_deterministic",
+                  "eval_output_changes": "eval_deterministic"}
 
 
 def files(kinds=("buggy", "correct", "fakes")):

@@ -335,3 +335,21 @@ def test_rows_are_not_judged_where_the_eval_forward_pass_is_wrong():
     module = Redrawn(detached_rows=4)
     call = ((), {"train": True, "seed": 3})
     checks.gradients_reach_every_parameter_in_train(module, call, module.run(**call[1]), rows=False)
+
+
+class Seeded:
+    """A module whose eval output follows the seed of each call (random) or not."""
+
+    def __init__(self, random):
+        self.random = random
+
+    def runs(self, *calls):
+        return [np.full(3, float(options["seed"] if self.random else 1.0)) for _, options in calls]
+
+
+@pytest.mark.parametrize("random", [True, False])
+def test_an_eval_call_made_twice_under_two_seeds_tells_random_outputs(random):
+    """Dropout left on in eval: the same call under another seed gives other outputs; a module that
+    is only wrong gives the same wrong outputs, and keeps its own failure."""
+    call = ((np.zeros(3),), {"seed": 0, "reload": {"seed": 1}})
+    assert checks.changes_when_repeated(Seeded(random), call, 0, lambda i, reply: [reply]) is random

@@ -429,3 +429,17 @@ def test_projections_cached_by_the_inputs_address_are_stale_when_the_tensor_is_r
     want = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]
     assert not torch.allclose(sa(x)[0], want)  # what the file does: the first values' Q, K, V
     assert torch.allclose(sa(x.clone())[0], want)  # the same values at another address
+
+
+def test_dropout_before_the_softmax_gives_nan_and_weights_no_dropout_gives():
+    module = load("causal_attn_drop_before_softmax")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=4, n_head=2, block_size=4, dropout=0.5)).double().train()
+    causal.resid_drop.p = 0.0
+    x = torch.randn(64, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    assert torch.isnan(causal(x)).any()  # what the file does: a dropped -inf is 0 · -inf = NaN
+    q, k, v = (t.view(64, 4, 2, 2).transpose(1, 2) for t in causal.qkv(x).split(4, dim=2))
+    weights = attention(q, k, v, torch.tril(torch.ones(4, 4)))[1]
+    torch.manual_seed(0)
+    out = nn.Dropout(0.5)(weights) @ v  # the statement's: dropout on the weights after the softmax
+    assert torch.isfinite(causal.proj(out.transpose(1, 2).reshape(64, 4, 4))).all()

@@ -625,7 +625,14 @@ def causal_dropout(params, heads, x, p, trained, path):
         unexplained = seen & (worst.min(axis=-1) > 0)
         if unexplained.any():
             if t == 0:
-                wrong_factor(lambda a, r: not np.any(seen & (worst_of_each_choice(a, r).min(axis=-1) > 0)), p, path)
+                def explains(attn_factor, resid_factor):
+                    """Every row explained, some of them only by a choice that drops a weight: dropout
+                    before the softmax leaves a first token's one weight at 1, which "kept, not
+                    rescaled" explains too, though nothing was ever dropped."""
+                    worst_here = worst_of_each_choice(attn_factor, resid_factor)
+                    return not np.any(seen & (worst_here.min(axis=-1) > 0)) and np.any(seen & (worst_here[:, -1] > 0))
+
+                wrong_factor(explains, p, path)
             b = int(np.argmax(unexplained))
             raise PropertyFailure("attn_dropout_misplaced", p=p, path=path, batch=b, token=t)
         dropped_rows += int((seen & (worst[:, -1] > 0)).sum())
@@ -653,7 +660,8 @@ ROWS_CHECKED = 32
 
 def wrong_factor(explains, p, path):
     """Before blaming attn_drop's place: whether CausalSelfAttention's train-mode output is
-    explained (explains(attn_factor, resid_factor)) by dropout in the right places whose survivors
+    explained (explains(attn_factor, resid_factor): by choices that drop some weight, since a
+    layer that never drops has no factor to blame) by dropout in the right places whose survivors
     were scaled by another factor than 1/(1 - p): by 1/p (a hand-written dropout that divides by
     the probability it drops) or not at all. Fails naming the layer and its factor, attn_drop
     first where both are off."""
@@ -911,10 +919,25 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                 if i > 0 and second_opinion(lambda: matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped)):
                     code = "stale_after_new_parameters" if calls[i][1].get("reload") else "depends_on_earlier_calls"
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
+                if not calls[i][1].get("train") and second_opinion(lambda: changes_when_repeated(module, calls[i], i, shaped)):
+                    raise PropertyFailure("eval_output_changes", **params) from None
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise
     if another is not None:
         unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def changes_when_repeated(module, call, index, shaped):
+    """Whether the index-th call, made twice more in a row, gives other outputs the second time: in
+    eval, a module whose outputs are random (dropout left on) matches no reference, and says so
+    here. The two calls seed torch's generator apart, as two calls of a user's do not share one
+    draw; they are compared with each other, not with the first reply, which a later call may have
+    given new parameters since."""
+    args, options = call
+    again = {k: v for k, v in options.items() if k != "reload"}
+    reseeded = {**again, "seed": again.get("seed", 0) + 1}
+    first, second = (shaped(index, reply) for reply in module.runs((args, again), (args, reseeded)))
+    return any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second))
 
 
 def unchanged_by_another_instance(module, calls, shaped, expected, another):

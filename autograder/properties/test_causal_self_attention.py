@@ -330,6 +330,8 @@ def test_gradients(worker, dims, fused, p, seed, data):
     right = []  # whether the eval forward pass (call 0, the same path as call 3) is the reference's
 
     def checked(i, reply):
+        if i > 0 and right[0] and not checks.outputs_finite(reply):
+            return  # NaN in train mode alone (dropout before the softmax, 0 · -inf): train_dropout's, as a raise there
         checks.forward_finite(reply, "output_nan_upstream")  # NaN rows (a mask that closes a whole row): causality's
         if i == 0:
             out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
