@@ -268,3 +268,32 @@ def test_an_in_place_call_writes_its_values_into_the_previous_calls_tensors(tmp_
     script.write_text(IN_PLACE.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["True", "[6.0,", "12.0,", "24.0,", "32.0]", "True", "True"], printed.stderr
+
+
+SEEDED = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Draws", {{}}, "draws")
+for seed in (3, 3, 4):
+    worker.op_call("draws", "forward", [np.zeros(2, np.float32)], train=True, seed=seed)
+print(*worker.module.DRAWN)
+"""
+
+
+def test_a_call_seeds_numpy_and_python_generators_as_well_as_torchs(tmp_path):
+    """A hand-written dropout may draw from np.random or random: under one seed, two calls draw the
+    same (unseeded, a correct module once lost causality's 3 points in 1 grading of 6)."""
+    submission = tmp_path / "draws.py"
+    submission.write_text("import random\nimport numpy as np\nimport torch\nDRAWN = []\n\n"
+                          "class Draws(torch.nn.Module):\n    def forward(self, x):\n"
+                          "        DRAWN.append((float(np.random.random_sample()), random.random(), float(torch.rand(1))))\n"
+                          "        return x * 1\n", encoding="utf-8")
+    script = tmp_path / "seeded.py"
+    script.write_text(SEEDED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    first, again, other = printed.stdout.split(") (")
+    assert first.strip("()\n") == again.strip("()\n") and again.strip("()\n") != other.strip("()\n"), printed.stderr

@@ -15,6 +15,7 @@ import fcntl
 import gc
 import importlib.util
 import os
+import random
 import sys
 import traceback
 
@@ -341,9 +342,14 @@ class Worker:
 
     # ---- helpers --------------------------------------------------------------------------
     def _seed(self, seed, device="cpu"):
-        """Seed the generators this call can use. torch.manual_seed would also queue lazy seeding
-        of every accelerator backend, formatting a stack trace each time (~0.5 ms a call)."""
+        """Seed the generators this call can use: torch's, and numpy's and Python's global ones, which
+        a hand-written dropout may draw from (unseeded, two calls under one seed drew other masks,
+        and causality's train-mode check judged such a correct module by chance). torch.manual_seed
+        would also queue lazy seeding of every accelerator backend, formatting a stack trace each
+        time (~0.5 ms a call)."""
         self.torch.default_generator.manual_seed(seed)
+        np.random.seed(seed % 2 ** 32)
+        random.seed(seed)
         if device.startswith("cuda"):
             self.torch.cuda.manual_seed_all(seed)
 
