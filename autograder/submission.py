@@ -469,11 +469,12 @@ class _Statement:
     Its text is decoded only when needed: a notebook may hold thousands of statements nothing uses.
     """
 
-    __slots__ = ("data", "start", "end", "cell", "line", "kind", "binds")
+    __slots__ = ("data", "start", "end", "cell", "line", "kind", "binds", "reads")
 
-    def __init__(self, data, start, end, cell, line, kind, binds):
+    def __init__(self, data, start, end, cell, line, kind, binds, reads=()):
         self.data, self.start, self.end = data, start, end
         self.cell, self.line, self.kind, self.binds = cell, line, kind, binds
+        self.reads = reads  # an "alias" (_written_module_import): the modules it names, then their names
 
     @property
     def text(self):
@@ -503,7 +504,8 @@ def notebook_source(text, name="notebook.ipynb"):
     syntax error at the student's own line.
     """
     sources = _code_cells(text, name)
-    written = {_written_module(_cell_magic(source.splitlines())[1]) for source in sources} - {None}
+    writes = {number: _written_module(_cell_magic(source.splitlines())[1]) for number, source in enumerate(sources, 1)}
+    written = set(writes.values()) - {None}
     cells = [_cell_python(source) for source in sources]
     size = 0
     for code, _ in cells:
@@ -530,6 +532,8 @@ def notebook_source(text, name="notebook.ipynb"):
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
         statements += _statements(tree, code, number, written)
         del tree
+    for alias in (s for s in statements if s.kind == "alias"):  # what `capas.core` may read of the cell
+        alias.reads = {bound for s in statements if writes[s.cell] in alias.reads for bound in s.binds}
     try:
         kept = _needed(statements)
     except (MemoryError, RecursionError) as exc:
@@ -647,6 +651,9 @@ def _statements(tree, code, cell, written=frozenset()):
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
             continue
+        if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
+            found.append(_written_module_import(node, cell, written))
+            continue
         if isinstance(node, _IMPORTS):
             names = [alias.asname or _top(alias.name) for alias in node.names]
             if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
@@ -671,6 +678,19 @@ def _statements(tree, code, cell, written=frozenset()):
         end = starts[node.end_lineno - 1] + node.end_col_offset
         found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names))
     return found
+
+
+def _written_module_import(node, cell, written):
+    """`import capas` (or `import capas as c`) of a module the notebook writes with %%writefile:
+    that cell's code is part of this module already, so the name is bound to this module itself
+    (`capas.core(...)` then finds the cell's `core`, kept with everything that cell binds whenever
+    the name is used); other modules of the same statement are imported as written."""
+    parts = [f"{alias.asname or alias.name} = __import__(__name__)" if alias.name in written
+             else ast.unparse(ast.Import(names=[alias])) for alias in node.names]
+    text = "; ".join(parts).encode()
+    return _Statement(text, 0, len(text), cell, node.lineno, "alias",
+                      [alias.asname or _top(alias.name) for alias in node.names],
+                      {alias.name for alias in node.names if alias.name in written})
 
 
 _MAIN = b"'__main__'"
@@ -747,6 +767,8 @@ def _bound(node):
 def _uses(statement):
     """The module-level names a statement's code reads, at once or when its functions run; None
     if Python's symbol table refuses it (the worker reports that, if the statement is kept)."""
+    if statement.kind == "alias":
+        return statement.reads
     if statement.kind != "definition" and statement.kind != "statement":
         return ()
     try:

@@ -9,7 +9,9 @@ failure reported at the student's cell and line.
 import ast
 import json
 import string
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -540,3 +542,17 @@ def test_an_import_the_classes_need_and_the_grader_lacks_is_named_once(graded_ru
     english = feedback.message(run.graded.outcomes[0], "en")
     assert english.startswith(f"Your notebook imports the module einops (code cell {cell}, line {line}), "
                               "which is not installed")
+
+
+def test_a_module_written_with_writefile_and_imported_whole_is_this_module(monkeypatch):
+    """%%writefile capas.py then `import capas` (or `as c`) and `capas.core(...)` in a class: the
+    name is this module itself, and what the cell binds is kept when the name is used."""
+    helper = "%%writefile capas.py\nimport torch\n\ndef core(q, k):\n    return torch.softmax(q @ k.mT, -1)"
+    for imported, name in (("import capas", "capas"), ("import capas as c", "c"), ("import math, capas as c", "c")):
+        source = kept(helper, imported, "import torch\n\nclass SelfAttention(torch.nn.Module):\n"
+                      f"    def forward(self, x):\n        return {name}.core(x, x)")
+        assert "import capas" not in source and f"{name} = __import__(__name__)" in source, source
+        graded = types.ModuleType("graded")
+        monkeypatch.setitem(sys.modules, "graded", graded)  # as the worker imports the exercise's module
+        exec(compile(source, "graded", "exec"), graded.__dict__)
+        assert getattr(graded, name) is graded and callable(graded.core), source

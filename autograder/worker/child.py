@@ -286,8 +286,11 @@ class Worker:
         kwargs = {k: given[k] for k in (kwargs or {})}
         self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
+        # forward through the module's call, as a user's code calls it: its hooks run (a forward
+        # pre-hook that converts the mask is part of the module); other methods directly
+        called = module if method == "forward" else getattr(module, method)
         with torch.set_grad_enabled(grad), self._tracing(traced, rolled):
-            result = getattr(module, method)(*args, **kwargs)
+            result = called(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
             if type(value) is not torch.Tensor:
