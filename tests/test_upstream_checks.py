@@ -127,10 +127,10 @@ def masks_accepted_code(module, scores, masks, fresh=None):
         weights = weights_of(scores, masks[i], dtype=np.float64)
         return [(weights @ VALUES, 0.0, 1.0, "output"), (weights, 0.0, 1.0, "weights")]
 
-    def canonical(mask):
+    def canonical(mask, batch):  # no inputs here: the scores' batch, the mask's broadcast
         return [(np.broadcast_to(mask, (2, 1, 5, 6)).astype(np.float32), None)]
 
-    return code_of(checks.masks_accepted, module, [((), {"mask": m}) for m in masks], lambda i, reply: reply, masks,
+    return code_of(checks.masks_accepted, module, [((scores,), {"mask": m}) for m in masks], lambda i, reply: reply, masks,
                    expected, {"mask": "mask"}, fresh or (lambda: module), canonical)
 
 
