@@ -443,3 +443,17 @@ def test_dropout_before_the_softmax_gives_nan_and_weights_no_dropout_gives():
     torch.manual_seed(0)
     out = nn.Dropout(0.5)(weights) @ v  # the statement's: dropout on the weights after the softmax
     assert torch.isfinite(causal.proj(out.transpose(1, 2).reshape(64, 4, 4))).all()
+
+
+def test_an_output_cached_by_version_is_stale_after_a_write_through_data():
+    module = load("mha_output_cached_by_version")
+    mha = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+    x = torch.randn(2, 3, 4)
+    with torch.no_grad():
+        mha(x, x, x)
+        mha.W_Q.weight.data -= 0.5 * torch.randn(4, 4)  # an SGD step written through .data
+        want = multi_head(mha, x, x, x)[0]
+        assert not torch.allclose(mha(x, x, x)[0], want)  # what the file does: the old output
+        x.data.copy_(torch.randn(2, 3, 4))  # the same buffer refilled through .data
+        assert not torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])
+        assert torch.allclose(mha(x.clone(), x, x)[0], multi_head(mha, x, x, x)[0])  # another address

@@ -207,7 +207,9 @@ class Worker:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
             with self.torch.no_grad():
                 for name, value in values.items():
-                    own[name].copy_(self.torch.from_numpy(value))
+                    # through .data: the write leaves `_version` as it was, so a cache keyed on
+                    # it (or on the address) is stale, as after `p.data -= lr * p.grad`
+                    own[name].data.copy_(self.torch.from_numpy(value))
         return shapes
 
     def op_describe(self, handle):
@@ -320,7 +322,7 @@ class Worker:
                 old = previous.get(name)
                 if (type(value) is torch.Tensor and type(old) is torch.Tensor and old.shape == value.shape
                         and old.dtype == value.dtype and old.device == value.device):
-                    old.copy_(value)
+                    old.data.copy_(value)  # through .data: `_version` stays, as in _load
                     refilled[name] = old
         return refilled
 
