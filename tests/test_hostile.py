@@ -46,7 +46,7 @@ MEMORY_MIB = 1024
 TEST_BASE_UID = 63000
 ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
              "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names", "sa_socket_hog",
-             "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog"}
+             "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -78,6 +78,7 @@ ONE_CLASS = {
     "sa_lying_tensor": ("SelfAttention", ["submission.bad_output"]),
     "sa_forged_build": ("SelfAttention", ["too_many_parameters"]),
     "sa_memfd_hog": ("SelfAttention", ["submission.memory"]),
+    "sa_hidden_thread_memory": ("SelfAttention", ["submission.memory"]),
     "sa_unprintable_exception": ("SelfAttention", ["submission.exception"]),
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.

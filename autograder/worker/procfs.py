@@ -42,6 +42,8 @@ def processes(owners=None):
                     continue
                 fields = _read(f"/proc/{entry.name}/stat").rsplit(b")", 1)[1].split()
                 key = (entry.name, fields[19])  # field 22 of stat: the start time, which tells a reused pid
+                if fields[0] == b"Z":  # a main thread that exited: its live threads hold the memory
+                    fields = _live_thread_stat(entry.name) or fields
                 uid = _uids.get(key)
                 if uid is None:
                     status = _read(f"/proc/{entry.name}/status")
@@ -55,6 +57,35 @@ def processes(owners=None):
     _uids.clear()
     _uids.update(seen)
     return found
+
+
+def live_view(pid):
+    """/proc/PID, or, when its main thread has exited (pthread_exit) while other threads run, the
+    /proc folder of one of those threads: the main thread's own entry then shows no memory and no
+    open file, though the threads still hold both (stat and fd are per process in a thread's view)."""
+    folder = f"/proc/{pid}"
+    try:
+        if _read(f"{folder}/stat").rsplit(b")", 1)[1].split()[0] != b"Z":
+            return folder
+        with os.scandir(f"{folder}/task") as tasks:
+            for task in tasks:
+                if task.name != str(pid):
+                    return task.path
+    except (OSError, IndexError):
+        pass
+    return folder
+
+
+def _live_thread_stat(pid):
+    """stat's fields after the command name as a live thread of process `pid` reads them (its
+    memory is the process's), or None when no thread but the exited main one is left."""
+    view = live_view(pid)
+    if view == f"/proc/{pid}":
+        return None
+    try:
+        return _read(f"{view}/stat").rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _read(path):

@@ -138,7 +138,7 @@ def held_bytes(pids):
     seen, total = set(), 0
     for pid in pids:
         try:
-            with os.scandir(f"/proc/{pid}/fd") as descriptors:
+            with os.scandir(f"{procfs.live_view(pid)}/fd") as descriptors:
                 for descriptor in descriptors:
                     try:
                         target = os.readlink(descriptor.path)
