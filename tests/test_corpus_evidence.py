@@ -457,3 +457,23 @@ def test_an_output_cached_by_version_is_stale_after_a_write_through_data():
         x.data.copy_(torch.randn(2, 3, 4))  # the same buffer refilled through .data
         assert not torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])
         assert torch.allclose(mha(x.clone(), x, x)[0], multi_head(mha, x, x, x)[0])  # another address
+
+
+@pytest.mark.parametrize("name, mask", [
+    ("sa_bool_mask_filled_with_minus_1e4", torch.tensor([[True, False, True], [True, True, False], [True, False, False]])),
+    ("mha_4d_mask_added_as_minus_1e4", torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]).view(1, 1, 3, 3)),
+])
+def test_a_finite_fill_for_one_mask_form_leaks_weight_at_large_scores(name, mask):
+    module = load(name)
+    x = 1e3 * torch.randn(2, 3, 4)
+    if name.startswith("sa_"):
+        sa = module.SelfAttention(4)
+        weights = sa(x, mask)[1]
+        want = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[1]
+    else:
+        mha = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+        weights = mha(x, x, x, mask)[1]
+        want = multi_head(mha, x, x, x, mask)[1]
+    blocked = (mask == 0).expand_as(want)
+    assert want[blocked].abs().max() == 0  # the statement's: no weight where the mask is 0
+    assert weights[blocked].abs().max() > 0.1  # what the file does at scores of ~1e6

@@ -32,7 +32,7 @@ from autograder import feedback
 from autograder.config import CLASSES
 from autograder.grade import close_to_workers
 from autograder.outcomes import Outcome
-from autograder.worker import sandbox
+from autograder.worker import landlock, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "submissions" / "hostile"
@@ -46,7 +46,7 @@ MEMORY_MIB = 1024
 TEST_BASE_UID = 63000
 ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
              "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names", "sa_socket_hog",
-             "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory"}
+             "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory", "sa_pty_hog"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -83,7 +83,9 @@ ONE_CLASS = {
 }
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
-                "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog"}
+                "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog"}
+# Refused by the Landlock layer, where the kernel has it (landlock.available()): graded only there.
+NEEDS_LANDLOCK = {"sa_pty_hog"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
 # namespace's scratch space, over a limit in the uid layer alone (which counts files and depth,
 # so the import fails with this code); left behind in neither.
@@ -161,7 +163,8 @@ print(json.dumps({
 
 def corpus():
     names = sorted(path.stem for path in HOSTILE.glob("*.py"))
-    return [name for name in names if IS_ROOT or name not in ROOT_ONLY]
+    return [name for name in names if (IS_ROOT or name not in ROOT_ONLY)
+            and (landlock.available() or name not in NEEDS_LANDLOCK)]
 
 
 def test_every_corpus_file_has_an_expectation():
@@ -283,7 +286,8 @@ def test_grading_is_bounded_valid_and_leaves_nothing(graded, name):
 
 @pytest.mark.skipif(not IS_ROOT, reason="isolation layers exist only as root")
 def test_the_isolation_layers_are_said(graded):
-    expected = ["seccomp", *(sandbox.namespaces.LAYERS if graded["reference"]["mode"] == "namespaces" else [])]
+    expected = ["seccomp", *(["landlock"] if landlock.available() else []),
+                *(sandbox.namespaces.LAYERS if graded["reference"]["mode"] == "namespaces" else [])]
     layers = graded["reference"]["isolation"]
     assert layers[0].startswith("uid ") and layers[1:] == expected
     assert graded["reference"]["results"]["extra_data"]["isolation"] == layers

@@ -237,7 +237,7 @@ def large_code(scores, mask, **how):
     """stable_when_large for a module with `how`'s mistake: the same scores at magnitude ~1 and ~1e6."""
     calls = [(s, m) for s in (scores * 1e6, scores) for m in (None, mask)]
     results = [(weights_of(s, m, **how) @ np.ones((6, 2)), weights_of(s, m, **how)) for s, m in calls]
-    return code_of(checks.stable_when_large, *results[:2], mask, lambda: results[2:])
+    return code_of(checks.stable_when_large, results[:2], [mask], lambda: results[2:], [None, None])
 
 
 @pytest.mark.parametrize("how, code", [
@@ -259,7 +259,7 @@ def test_large_inputs_asks_for_magnitude_1_only_after_a_failure(scores, mask):
     def not_needed():
         raise AssertionError("the calls at magnitude ~1 were asked for")
 
-    assert code_of(checks.stable_when_large, *large, mask, not_needed) is None
+    assert code_of(checks.stable_when_large, large, [mask], not_needed, [None, None]) is None
 
 
 # ---- CausalSelfAttention's resid_drop, with and without proj's bias ----------------------------------

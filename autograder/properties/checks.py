@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import reference
-from .failures import PropertyFailure, calling, diagnose_again, expect_close, require, second_opinion
+from .failures import PropertyFailure, call_at_fault, calling, diagnose_again, expect_close, require, second_opinion
 
 ROW_SUM_ATOL = 1e-5
 
@@ -344,9 +344,11 @@ def stable(output, weights):
     rows_sum_to_one(weights)
 
 
-def stable_when_large(plain, masked, mask, at_scale_1):
-    """large_inputs for modules that return their weights: `plain` and `masked` are (output,
-    weights) at magnitude ~1000, without and with `mask` (as it broadcasts against the weights).
+def stable_when_large(large, masks, at_scale_1, described):
+    """large_inputs for modules that return their weights: `large` holds (output, weights) at
+    magnitude ~1000 for a call without a mask, then one for each of `masks` (as each broadcasts
+    against the weights: every shape and dtype, which a module may read another way); described:
+    each call's description (Reply.call), for the failure to name the call it is about.
     Only when they fail is at_scale_1() asked for: the same calls with the inputs divided by
     1000. What already goes wrong at magnitude ~1 (weights that are not 0 where the mask is 0,
     NaN rows from a mask read the other way, rows that do not sum to one) is not about magnitude:
@@ -354,11 +356,14 @@ def stable_when_large(plain, masked, mask, at_scale_1):
     unmasked call's rows first: a softmax over the wrong axis also leaves NaN under a mask."""
 
     def at_magnitude_1000():
-        stable(*plain)
-        stable(*masked)
-        masked_weights_zero(masked[1], mask, "masked_weight_not_zero_large")
+        calling(described[0])
+        stable(*large[0])
+        for got, mask, call in zip(large[1:], masks, described[1:]):
+            calling(call)
+            stable(*got)
+            masked_weights_zero(got[1], mask, "masked_weight_not_zero_large")
 
-    unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(*at_scale_1(), mask))
+    unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(at_scale_1(), masks))
 
 
 def weights_are_the_reference(weights, bounded):
@@ -396,13 +401,16 @@ def unless_wrong_at_magnitude_1(check, upstream):
     try:
         check()
     except PropertyFailure as failure:
+        about = call_at_fault()
         upstream()
+        calling(about)  # the failure is about the large call, not the last one upstream() made
         diagnose_again(failure)  # the calls at magnitude ~1 are evidence too
         raise
 
 
-def already_wrong_at_scale_1(small, small_masked, mask):
-    """Raise stable_when_large's *_upstream failures when the calls at magnitude ~1 already fail."""
+def already_wrong_at_scale_1(small, masks):
+    """Raise stable_when_large's *_upstream failures when the calls at magnitude ~1 (small: as
+    stable_when_large's `large`) already fail."""
 
     def rows_sum_to_one_at_scale_1(weights):
         sums = weights.sum(axis=-1)
@@ -411,12 +419,13 @@ def already_wrong_at_scale_1(small, small_masked, mask):
             index = tuple(int(i) for i in np.argwhere(off)[0])
             raise PropertyFailure("rows_do_not_sum_to_one_upstream", index=list(index), got=float(sums[index]))
 
-    rows_sum_to_one_at_scale_1(small[1])
-    weights = small_masked[1]
-    wrong = (np.broadcast_to(mask, weights.shape) == 0) & (weights != 0) | ~np.isfinite(weights)  # NaN != 0
-    if wrong.any():
-        raise PropertyFailure("masked_weight_not_zero_upstream", count=int(wrong.sum()))
-    rows_sum_to_one_at_scale_1(weights)
+    rows_sum_to_one_at_scale_1(small[0][1])
+    for got, mask in zip(small[1:], masks):
+        weights = got[1]
+        wrong = (np.broadcast_to(mask, weights.shape) == 0) & (weights != 0) | ~np.isfinite(weights)  # NaN != 0
+        if wrong.any():
+            raise PropertyFailure("masked_weight_not_zero_upstream", count=int(wrong.sum()))
+        rows_sum_to_one_at_scale_1(weights)
 
 
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,

@@ -39,6 +39,11 @@ def calling(description):
         _current_call["call"] = description
 
 
+def call_at_fault():
+    """The description calling() recorded last (to record it again after other calls), or None."""
+    return _current_call.get("call")
+
+
 def second_opinion(judge):
     """judge(): a verdict that builds a fresh module and calls it (did the same call fail there
     too?), run without touching the example under test: a build records the example it is built

@@ -386,6 +386,14 @@ def masks_in_turn(rng, shapes, turn):
             for i, shape in enumerate(shapes)]
 
 
+def masks_of_every_dtype(rng, shapes, turn):
+    """One mask of each MASK_DTYPES, on len(MASK_DTYPES) of the shapes starting at position
+    len(MASK_DTYPES)·turn (wrapping): over the turns, every shape; in every example, every dtype."""
+    count = len(MASK_DTYPES)
+    chosen = [shapes[(count * turn + i) % len(shapes)] for i in range(count)]
+    return masks_in_turn(rng, chosen, turn)
+
+
 def square_batch_then_no_mask(rng, calls, masks, square_args, mask_shape, turn):
     """masked_zero's calls and masks with two more: a 2-D mask (mask_shape, the same for every
     example) on a batch as long as its rows (square_args), which a module that tells masks apart

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
+from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_until_failure, square_batch_then_no_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -374,18 +374,22 @@ def test_gradients(worker, dims, p, seed, data):
 
 
 @graded(CLS, "large_inputs")
-@given(dims=multi_head_dims(min_time=2))
-def test_large_inputs(worker, dims):
+@given(dims=multi_head_dims(min_time=2), turn=mask_turns)
+def test_large_inputs(worker, dims, turn):
     module, rng = loaded(worker, dims)
-    # Scores of magnitude ~1e6: a finite fill such as -1e4 no longer keeps masked weights at 0.
-    # Where that fails, the same calls at magnitude ~1: what fails there already (a mask read the other way, a
-    # softmax over the wrong axis) is masked_zero's or rows_sum_to_one's mistake, not a matter of
-    # magnitude.
-    args, mask = cross_inputs(rng, dims, scale=1e3), masks(rng, dims)[0]
-    calls = [(args, {}), (cross_inputs(rng, dims, scale=1e3), {"mask": mask})]
+    # Scores of magnitude ~1e6: a finite fill such as -1e4 no longer keeps masked weights at 0;
+    # masks of every dtype and, over the examples, every shape (a fill chosen by the mask's dtype or
+    # rank: an additive -1e4 for 4-D masks, say). Where that fails, the same calls at magnitude ~1:
+    # what fails there already (a mask read the other way, a softmax over the wrong axis) is
+    # masked_zero's or rows_sum_to_one's mistake, not a matter of magnitude.
+    args, masks = cross_inputs(rng, dims, scale=1e3), masks_of_every_dtype(rng, mask_shapes(dims), turn)
+    calls = [(args, {}), *((cross_inputs(rng, dims, scale=1e3), {"mask": mask}) for mask in masks)]
     small = [(tuple((t / np.float32(1e3)).astype(np.float32) for t in big), options) for big, options in calls]
-    large = [outputs(reply, dims) for reply in module.runs(*calls)]
-    checks.stable_when_large(*large, reference.head_mask(mask), lambda: [outputs(reply, dims) for reply in module.runs(*small)])
+    replies = module.runs(*calls)
+    large = [outputs(reply, dims) for reply in replies]
+    checks.stable_when_large(large, [reference.head_mask(mask) for mask in masks],
+                             lambda: [outputs(reply, dims) for reply in module.runs(*small)],
+                             [reply.call for reply in replies])
     # Where a score beats all others by far, its weight is 1: unless the module changed the scores.
     h = dims["h"]
     winners = [reference.decided(*reference.multi_head_scores_bounded(module.params, h, *(t.astype(np.float64) for t in big[:2])),

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, one_row, other_mask,
+from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, square_batch_then_no_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 
@@ -223,21 +223,22 @@ def test_gradients(worker, dims, data):
 
 
 @graded(CLS, "large_inputs")
-@given(dims=self_attention_dims(min_time=2))
-def test_large_inputs(worker, dims):
+@given(dims=self_attention_dims(min_time=2), turn=mask_turns)
+def test_large_inputs(worker, dims, turn):
     module, rng = loaded(worker, dims)
     x = inputs(rng, dims, scale=1e3)
     # Scores of magnitude ~1e6: a finite fill such as -1e4 no longer keeps masked weights at 0,
-    # while -inf (or -1e9, finfo.min) still does. Where that fails, the same calls at magnitude ~1: what
-    # fails there already (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
+    # while -inf (or -1e9, finfo.min) still does; masks of every dtype and shape (a fill chosen by
+    # the mask's dtype). Where that fails, the same calls at magnitude ~1: what fails there already
+    # (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
     # rows_sum_to_one's mistake, not a matter of magnitude.
-    B, T = dims["B"], dims["T"]
-    mask = random_mask(rng, B, T, T)
-    x_masked = inputs(rng, dims, scale=1e3)
-    calls = [((x,), {}), ((x_masked,), {"mask": mask})]
+    masks = masks_of_every_dtype(rng, mask_shapes(dims), turn)
+    calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask}) for mask in masks)]
     small = [((shrunk(big),), options) for (big,), options in calls]
-    large = [outputs(reply, dims) for reply in module.runs(*calls)]
-    checks.stable_when_large(*large, mask, lambda: [outputs(reply, dims) for reply in module.runs(*small)])
+    replies = module.runs(*calls)
+    large = [outputs(reply, dims) for reply in replies]
+    checks.stable_when_large(large, masks, lambda: [outputs(reply, dims) for reply in module.runs(*small)],
+                             [reply.call for reply in replies])
     # Where a score beats all others by far, its weight is 1: unless the module changed the scores.
     winners = [reference.decided(*reference.self_attention_scores_bounded(module.params, big.astype(np.float64)),
                                  options.get("mask")) for (big,), options in calls]

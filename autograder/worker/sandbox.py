@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..errors import MachineError
 from ..exercise import EXERCISE
-from . import namespaces, procfs, residue, seccomp
+from . import landlock, namespaces, procfs, residue, seccomp
 
 WORKER_FILES = ("child.py", "deferred.py", "wire.py", "parameters.py")
 # The grader's environment variables the worker keeps: which GPUs this grading may use (a GPU
@@ -281,6 +281,8 @@ def enter(limits, uid, root, isolate, keep=()):
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid program can give it another uid
     if seccomp.ARCHITECTURES.get(os.uname().machine) and not seccomp.install_filter():
         raise OSError("the system call filter could not be installed")
+    if landlock.available():
+        landlock.restrict()
     namespaces.die_with_parent()
 
 
@@ -325,7 +327,8 @@ class Sandbox:
         if self.uid is None:
             return []
         filtered = ["seccomp"] if seccomp.ARCHITECTURES.get(os.uname().machine) else []
-        return [f"uid {self.uid}", *filtered, *(namespaces.LAYERS if self.isolate else ())]
+        devices = ["landlock"] if landlock.available() else []
+        return [f"uid {self.uid}", *filtered, *devices, *(namespaces.LAYERS if self.isolate else ())]
 
     def env(self):
         """The worker's whole environment: nothing of the grader's, except which GPUs it may use."""
