@@ -504,8 +504,9 @@ def notebook_source(text, name="notebook.ipynb"):
     syntax error at the student's own line.
     """
     sources = _code_cells(text, name)
-    writes = {number: _written_module(_cell_magic(source.splitlines())[1]) for number, source in enumerate(sources, 1)}
-    written = set(writes.values()) - {None}
+    writes = {number: _written_module(_cell_magic(source.splitlines())[1]) or frozenset()
+              for number, source in enumerate(sources, 1)}
+    written = set().union(*writes.values())
     cells = [_cell_python(source) for source in sources]
     size = 0
     for code, _ in cells:
@@ -533,7 +534,7 @@ def notebook_source(text, name="notebook.ipynb"):
         statements += _statements(tree, code, number, written)
         del tree
     for alias in (s for s in statements if s.kind == "alias"):  # what `capas.core` may read of the cell
-        alias.reads = {bound for s in statements if writes[s.cell] in alias.reads for bound in s.binds}
+        alias.reads = {bound for s in statements if writes[s.cell] & alias.reads for bound in s.binds}
     try:
         kept = _needed(statements)
     except (MemoryError, RecursionError) as exc:
@@ -579,15 +580,20 @@ def _cell_magic(lines):
 
 
 def _written_module(magic_line):
-    """The module a `%%writefile name.py` line writes (the exercise's file included), or None: its
-    cell is the code of that module, which the notebook then imports."""
+    """The names the module a `%%writefile name.py` line writes (the exercise's file included) may
+    be imported by, or None: its cell is the code of that module, which the notebook then imports.
+    A file in a folder is imported by its dotted path from any folder above it (modelos/atencion.py
+    as `modelos.atencion`, or as `atencion` from inside modelos/; /content/x.py as `x`)."""
     if magic_line is None:
         return None
     words = magic_line[2:].split()
     if len(words) < 2 or words[0] not in WRITEFILE_MAGICS:
         return None
     path = PurePosixPath(words[-1].strip("'\""))
-    return path.stem if path.suffix == ".py" else None
+    if path.suffix != ".py":
+        return None
+    parts = [part for part in path.with_suffix("").parts if part not in ("/", ".")]
+    return frozenset(".".join(parts[i:]) for i in range(len(parts)))
 
 
 def is_ipython_line(line):
@@ -650,6 +656,11 @@ def _statements(tree, code, cell, written=frozenset()):
     found = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
+            renamed = [alias for alias in node.names if alias.asname and alias.asname != alias.name]
+            if renamed:  # `from capas import core as f`: f is core, which the cell defined here
+                text = "; ".join(f"{alias.asname} = {alias.name}" for alias in renamed).encode()
+                found.append(_Statement(text, 0, len(text), cell, node.lineno, "statement",
+                                        [alias.asname for alias in renamed]))
             continue
         if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
             found.append(_written_module_import(node, cell, written))

@@ -556,3 +556,29 @@ def test_a_module_written_with_writefile_and_imported_whole_is_this_module(monke
         monkeypatch.setitem(sys.modules, "graded", graded)  # as the worker imports the exercise's module
         exec(compile(source, "graded", "exec"), graded.__dict__)
         assert getattr(graded, name) is graded and callable(graded.core), source
+
+
+def test_a_name_imported_under_another_name_from_a_written_module_is_bound_to_its_code():
+    """`from utilidades import core as f` of a %%writefile module: f is that cell's core, kept with
+    it (the import was dropped whole, and f was never bound: 4/48 for a correct notebook)."""
+    source = kept("%%writefile utilidades.py\nimport torch\n\ndef core(q, k):\n    return torch.softmax(q @ k.mT, -1)",
+                  "import torch\nfrom utilidades import core as f, core",
+                  "class SelfAttention(torch.nn.Module):\n    def forward(self, x):\n        return f(x, x)")
+    assert "from utilidades" not in source and "f = core" in source, source
+    namespace = {"__name__": "graded"}
+    exec(compile(code_of(source), "graded", "exec"), namespace)
+    assert namespace["f"] is namespace["core"]
+
+
+@pytest.mark.parametrize("written, imported", [
+    ("modelos/atencion.py", "from modelos.atencion import SelfAttention"),
+    ("/content/modelos/atencion.py", "from modelos.atencion import SelfAttention"),
+    ("/content/capas.py", "from capas import SelfAttention"),
+    ("./capas.py", "import capas as c"),
+])
+def test_a_module_written_into_a_folder_is_imported_by_its_dotted_path(written, imported):
+    """%%writefile modelos/atencion.py then `from modelos.atencion import ...` (0/48: the import was
+    kept, and failed as a module not installed)."""
+    source = kept(f"%%writefile {written}\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+                  imported)
+    assert "SelfAttention" in names(source) and f"{imported}\n" not in code_of(source) + "\n", source
