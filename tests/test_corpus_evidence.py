@@ -477,3 +477,28 @@ def test_a_finite_fill_for_one_mask_form_leaks_weight_at_large_scores(name, mask
     blocked = (mask == 0).expand_as(want)
     assert want[blocked].abs().max() == 0  # the statement's: no weight where the mask is 0
     assert weights[blocked].abs().max() > 0.1  # what the file does at scores of ~1e6
+
+
+def test_one_query_without_the_scale_is_not_the_formula():
+    mha = load("mha_one_query_unscaled").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    query, memory = torch.randn(6, 1, 4), torch.randn(6, 3, 4)
+    assert not torch.allclose(mha(query, memory, memory)[0], multi_head(mha, query, memory, memory)[0])
+    query = torch.randn(6, 2, 4)  # two queries: the general path, which is right
+    assert torch.allclose(mha(query, memory, memory)[0], multi_head(mha, query, memory, memory)[0])
+
+
+def test_a_broadcast_mask_sliced_by_example_fails_beyond_the_first_piece():
+    sa = load("sa_batch_split_slices_broadcast_mask").SelfAttention(4)
+    x, mask = torch.randn(6, 3, 4), torch.tensor([[[1, 0, 0], [1, 1, 0], [1, 1, 1]]])  # (1, T, T): every example
+    assert torch.allclose(attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[1][5], attention(
+        sa.W_Q(x[5:]), sa.W_K(x[5:]), sa.W_V(x[5:]), mask)[1][0])  # the statement's: the same rule for all
+    with pytest.raises(RuntimeError):
+        sa(x, mask)  # what the file does: an empty mask for examples 4 and 5
+
+
+def test_a_window_of_32_tokens_misses_the_reference_beyond_32():
+    module = load("causal_window_of_32")
+    model = module.CausalSelfAttention(config(module, n_embd=4, n_head=2, block_size=40)).eval()
+    x = torch.randn(1, 40, 4)
+    assert not torch.allclose(model(x), causal(model, x))
+    assert torch.allclose(model(x[:, :32]), causal(model, x[:, :32]))

@@ -355,7 +355,11 @@ INPUT_SCALES = (0.01, 1.0, 30.0)
 
 # Sequence lengths beyond what the shape strategies draw, for one call of reference_match: a module
 # right only on short sequences (a softmax computed in blocks of 8 positions, say) is wrong.
-LONG_TIMES = (9, 24)
+LONG_TIMES = (9, 48)
+
+
+# A batch size beyond what the shape strategies draw, for one call of reference_match.
+WIDE_BATCH = (5, 8)
 
 
 def long_time(rng):

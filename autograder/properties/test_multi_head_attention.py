@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_until_failure, square_batch_then_no_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -183,9 +183,10 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Six calls on one module: inputs at each scale, the last with a mask, longer sequences
+    """Seven calls on one module: inputs at each scale, the last with a mask, longer sequences
     (harness.LONG_TIMES) with a mask, whose last key is a zero vector (a padding token: its scores
-    are exactly 0, which a mask must not be confused with), then the first inputs again, before and after the parameters change in place (as an
+    are exactly 0, which a mask must not be confused with), one query against the keys in a larger
+    batch (WIDE_BATCH) with one bool mask for all of it, then the first inputs again, before and after the parameters change in place (as an
     optimizer step changes them). Tq, Tk >= 2: then the short calls can tell a mistake of the
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
@@ -202,9 +203,14 @@ def test_reference_match(worker, dims, scales):
     padded = cross_inputs(rng, long_dims)
     padded[1][:, -1] = 0.0
     long_mask = random_mask(rng, dims["B"], long_dims["Tq"], long_dims["Tk"])
-    calls += [(padded, {"mask": long_mask}), calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
-    magnitudes = [first, second, third, 1.0, first, first]
-    shapes = [dims, dims, dims, long_dims, dims, dims]
+    # one query (as when decoding token by token) in a batch larger than the strategies draw, with
+    # one (1, Tq, Tk) mask for all of it
+    one_query = {**dims, "Tq": 1, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
+    calls += [(padded, {"mask": long_mask}),
+              (cross_inputs(rng, one_query), {"mask": random_mask(rng, 1, 1, dims["Tk"], dtype="bool")}),
+              calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
+    magnitudes = [first, second, third, 1.0, 1.0, first, first]
+    shapes = [dims, dims, dims, long_dims, one_query, dims, dims]
 
     def expected(i):
         args, options = calls[i]

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, square_batch_then_no_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 
@@ -130,10 +130,11 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Seven calls on one module: an input at each scale, the first again in train mode (SelfAttention
+    """Eight calls on one module: an input at each scale, the first again in train mode (SelfAttention
     has no dropout: train() changes nothing), the last scale with a mask, a longer sequence
     (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
-    scores are exactly 0, which a mask must not be confused with), then the first input again,
+    scores are exactly 0, which a mask must not be confused with), a larger batch (WIDE_BATCH)
+    with one bool mask for all of it, then the first input again,
     before and after the parameters change in place (as an optimizer step changes them). T >= 2:
     then the short calls can tell a mistake of the weights (with one position, every row is [1]),
     and a miss first seen in the long call is about length."""
@@ -149,12 +150,17 @@ def test_reference_match(worker, dims, scales):
     padded = inputs(rng, long_dims)
     padded[:, -1] = 0.0
     long_mask = random_mask(rng, B, long_dims["T"], long_dims["T"])
+    # a batch larger than the strategies draw, with one (1, T, T) mask for all of it (a module that
+    # cuts the batch in pieces and slices the mask by example goes wrong there)
+    wide_dims = {**dims, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
+    wide = (inputs(rng, wide_dims), random_mask(rng, 1, T, T, dtype="bool"))
     # in_place: the input written into the tensors of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     calls = [((xs[0],), {}), ((xs[0],), {"train": True}), ((xs[1],), {"in_place": True}), ((xs[2],), {"mask": mask}),
-             ((padded,), {"mask": long_mask}), ((xs[0],), {}), ((xs[0],), {"reload": reload, "in_place": True})]
-    magnitudes = [first, first, second, third, 1.0, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, dims, dims]
+             ((padded,), {"mask": long_mask}), ((wide[0],), {"mask": wide[1]}), ((xs[0],), {}),
+             ((xs[0],), {"reload": reload, "in_place": True})]
+    magnitudes = [first, first, second, third, 1.0, 1.0, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
