@@ -502,3 +502,11 @@ def test_a_window_of_32_tokens_misses_the_reference_beyond_32():
     x = torch.randn(1, 40, 4)
     assert not torch.allclose(model(x), causal(model, x))
     assert torch.allclose(model(x[:, :32]), causal(model, x[:, :32]))
+
+
+@pytest.mark.parametrize("name", ["mha_value_is_key_shortcut", "mha_self_attention_packed_wrongly"])
+def test_a_shortcut_on_one_tensor_for_several_inputs_is_not_the_formula(name):
+    mha = load(name).MultiHeadAttention(4, 2, dropout=0.0).eval()
+    x = torch.randn(2, 3, 4)
+    assert not torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])  # one tensor, as users call it
+    assert torch.allclose(mha(x, x.clone(), x.clone())[0], multi_head(mha, x, x, x)[0])  # the same values apart

@@ -297,3 +297,34 @@ def test_a_call_seeds_numpy_and_python_generators_as_well_as_torchs(tmp_path):
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     first, again, other = printed.stdout.split(") (")
     assert first.strip("()\n") == again.strip("()\n") and again.strip("()\n") != other.strip("()\n"), printed.stderr
+
+
+ALIASED = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Probe", {{}}, "probe")
+for values, in_place in (((1, 1, 2), False), ((1, 3, 2), True), ((2, 2, 2), True), ((1, 1, 2), False)):
+    worker.op_call("probe", "forward", [np.full((2, 3), v, np.float32) for v in values], in_place=in_place)
+print(*worker.module.SEEN)
+"""
+
+
+def test_inputs_sent_equal_reach_the_module_as_one_tensor(tmp_path):
+    """mha(x, x, x) as a user calls it: arrays sent equal are one tensor (`key is value`), others
+    are not; an in-place refill writes one tensor's values once, never another input's into it."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\nSEEN = []\n\nclass Probe(torch.nn.Module):\n"
+                          "    def forward(self, q, k, v):\n"
+                          "        SEEN.append((q is k, k is v, float(q.sum()), float(k.sum()), float(v.sum())))\n"
+                          "        return q * 1\n", encoding="utf-8")
+    script = tmp_path / "aliased.py"
+    script.write_text(ALIASED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["(True,", "False,", "6.0,", "6.0,", "12.0)",
+                                      "(False,", "False,", "6.0,", "18.0,", "12.0)",
+                                      "(True,", "True,", "12.0,", "12.0,", "12.0)",
+                                      "(True,", "False,", "6.0,", "6.0,", "12.0)"], printed.stderr

@@ -262,12 +262,16 @@ def _example(outcome, labels):
 
 
 def _call(call, cls, labels):
-    """forward(x (2, 3, 4), mask (2, 3, 3) float32, fused=True) and how it ran, from a call's
+    """forward(x (2, 3, 4), mask (2, 3, 3) float32, fused=True) (or forward(query (1, 2, 4), key
+    (1, 2, 4), value=key) where an argument is an earlier one's tensor) and how it ran, from a call's
     description (harness.describe_call): shapes for tensors, name=value for anything else, so a
     key this code does not know still shows."""
     method = call.get("method") or "forward"
     arguments = []
     for key, value in call.items():
+        if key.endswith("_is"):  # the same tensor as an earlier argument: value=key
+            arguments.append(f"{key[:-3]}={value}")
+            continue
         if key in CALL_MODES or key in CALL_HIDDEN or key.endswith("_dtype"):
             continue
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):

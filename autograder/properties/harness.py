@@ -277,8 +277,9 @@ SET_SWITCHES = {"reload": "new_parameters"}
 def describe_call(cls, op, args):
     """A build or call request as a failure's example shows it: plain JSON, language-neutral and
     the same on every run. The method; each array argument's shape (with its dtype where it is not
-    float32, and always for a mask); other arguments and switches only when set (not None, False,
-    0, empty or "cpu"). None for the other requests (describe, probe)."""
+    float32, and always for a mask), or the earlier argument it is (`value_is: "key"`); other
+    arguments and switches only when set (not None, False, 0, empty or "cpu"). None for the other
+    requests (describe, probe)."""
     if op == "build":
         return {"method": "__init__", **{k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}}
     if op != "call":
@@ -288,9 +289,14 @@ def describe_call(cls, op, args):
     named += list(args["kwargs"].items())
     named += [(SET_SWITCHES[key], True) if key in SET_SWITCHES and value is not None else (SWITCH_NAMES.get(key, key), value)
               for key, value in args.items() if key not in INTERNAL_SWITCHES]
-    described = {"method": args["method"]}
+    described, arrays = {"method": args["method"]}, []
     for name, value in named:
         if isinstance(value, np.ndarray):
+            same = next((earlier for earlier, array in arrays if array is value), None)
+            arrays.append((name, value))
+            if same is not None:  # the worker passes it as the same tensor: mha(x, x, x)
+                described[f"{name}_is"] = same
+                continue
             described[name] = list(value.shape)
             if name == "mask" or value.dtype != np.float32:
                 described[f"{name}_dtype"] = value.dtype.name

@@ -183,10 +183,11 @@ def test_scale(worker, dims):
 @graded(CLS, "reference_match")
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Seven calls on one module: inputs at each scale, the last with a mask, longer sequences
+    """Eight calls on one module: inputs at each scale, the last with a mask, longer sequences
     (harness.LONG_TIMES) with a mask, whose last key is a zero vector (a padding token: its scores
-    are exactly 0, which a mask must not be confused with), one query against the keys in a larger
-    batch (WIDE_BATCH) with one bool mask for all of it, then the first inputs again, before and after the parameters change in place (as an
+    are exactly 0, which a mask must not be confused with), one query against a memory that is
+    both key and value in a larger batch (WIDE_BATCH) with one bool mask for all of it,
+    self-attention (one tensor as query, key and value), then the first inputs again, before and after the parameters change in place (as an
     optimizer step changes them). Tq, Tk >= 2: then the short calls can tell a mistake of the
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
@@ -206,11 +207,17 @@ def test_reference_match(worker, dims, scales):
     # one query (as when decoding token by token) in a batch larger than the strategies draw, with
     # one (1, Tq, Tk) mask for all of it
     one_query = {**dims, "Tq": 1, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
+    query, memory, _ = cross_inputs(rng, one_query)
+    # then self-attention, mha(x, x, x): one tensor for all three (the worker passes inputs sent
+    # equal as one tensor), as the memory above is key and value (a shortcut taken when
+    # `key is value` shows)
+    self_dims = {**dims, "Tk": dims["Tq"]}
+    x = cross_inputs(rng, self_dims)[0]
     calls += [(padded, {"mask": long_mask}),
-              (cross_inputs(rng, one_query), {"mask": random_mask(rng, 1, 1, dims["Tk"], dtype="bool")}),
-              calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
-    magnitudes = [first, second, third, 1.0, 1.0, first, first]
-    shapes = [dims, dims, dims, long_dims, one_query, dims, dims]
+              ((query, memory, memory), {"mask": random_mask(rng, 1, 1, dims["Tk"], dtype="bool")}),
+              ((x, x, x), {}), calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
+    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, first]
+    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims]
 
     def expected(i):
         args, options = calls[i]

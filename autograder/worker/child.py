@@ -273,7 +273,7 @@ class Worker:
                 p.grad = None
         sent = {**{str(i): a for i, a in enumerate(args)}, **(kwargs or {})}
         sent_copies = {name: value.copy() for name, value in sent.items() if isinstance(value, np.ndarray)}
-        given = {name: self._input(value, device, noncontiguous) for name, value in sent.items()}
+        given = self._aliased({name: self._input(value, device, noncontiguous) for name, value in sent.items()}, sent)
         if in_place and not grad:
             given = self._into_previous(handle, given)
         self.last_inputs[handle] = given
@@ -311,19 +311,43 @@ class Worker:
                                         for name, leaf in leaves.items()}
         return reply
 
+    @staticmethod
+    def _aliased(given, sent):
+        """given, with the inputs sent equal (shape, dtype and values) passed as one tensor, as a
+        user calls mha(x, x, x) or mha(q, memory, memory): `key is value` is then true, and a
+        module that takes a shortcut on it (V projected with W_K, say) is judged on it."""
+        firsts, aliased = [], dict(given)
+        for name, value in sent.items():
+            if not isinstance(value, np.ndarray):
+                continue
+            same = next((other for other in firsts if sent[other].shape == value.shape
+                         and sent[other].dtype == value.dtype and np.array_equal(sent[other], value)), None)
+            if same is None:
+                firsts.append(name)
+            else:
+                aliased[name] = aliased[same]
+        return aliased
+
     def _into_previous(self, handle, given):
         """given, with each tensor's values copied into the tensor of that name the module's previous
         call got, where that one has its shape, dtype and device (and is still a plain tensor)."""
         torch = self.torch
         previous = self.last_inputs.get(handle, {})
         refilled = dict(given)
+        written, became = {}, {}  # id(old tensor) -> the tensor written into it; id(tensor) -> what it became
         with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
             for name, value in given.items():
+                if id(value) in became:  # one tensor for several inputs (_aliased) stays one
+                    refilled[name] = became[id(value)]
+                    continue
                 old = previous.get(name)
                 if (type(value) is torch.Tensor and type(old) is torch.Tensor and old.shape == value.shape
-                        and old.dtype == value.dtype and old.device == value.device):
+                        and old.dtype == value.dtype and old.device == value.device
+                        and written.get(id(old), value) is value):  # one tensor then, another now: not twice
                     old.data.copy_(value)  # through .data: `_version` stays, as in _load
+                    written[id(old)] = value
                     refilled[name] = old
+                became[id(value)] = refilled[name]
         return refilled
 
     def _backward(self, output, seed, upstream):
