@@ -224,7 +224,12 @@ def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
     assert described == {"method": "forward", "x": [2, 3, 4], "mask": [2, 3, 3], "mask_dtype": "bool",
                          "fused": True, "manual_seed": 11}
     assert harness.describe_call("MultiHeadAttention", "call", harness._call("1", x, x, x, device="meta")) == {
-        "method": "forward", "query": [2, 3, 4], "key": [2, 3, 4], "value": [2, 3, 4], "device": "meta"}
+        "method": "forward", "query": [2, 3, 4], "key_is": "query", "value_is": "query", "device": "meta"}
+    memory = np.zeros((2, 5, 4), np.float32)  # equal values: one tensor in the worker, as described
+    assert harness.describe_call("MultiHeadAttention", "call", harness._call("1", x, memory, memory.copy())) == {
+        "method": "forward", "query": [2, 3, 4], "key": [2, 5, 4], "value_is": "key"}
+    assert harness.describe_call("MultiHeadAttention", "call", harness._call("1", x, memory, memory + 1)) == {
+        "method": "forward", "query": [2, 3, 4], "key": [2, 5, 4], "value": [2, 5, 4]}
     assert harness.describe_call("CausalSelfAttention", "build", {"kwargs": {"n_embd": 4, "dropout": 0.0}}) == {
         "method": "__init__", "n_embd": 4}
     assert harness.describe_call("SelfAttention", "describe", {"handle": "7"}) is None

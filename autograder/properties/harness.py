@@ -292,9 +292,10 @@ def describe_call(cls, op, args):
     described, arrays = {"method": args["method"]}, []
     for name, value in named:
         if isinstance(value, np.ndarray):
-            same = next((earlier for earlier, array in arrays if array is value), None)
+            same = next((earlier for earlier, array in arrays if array.shape == value.shape
+                         and array.dtype == value.dtype and np.array_equal(array, value)), None)
             arrays.append((name, value))
-            if same is not None:  # the worker passes it as the same tensor: mha(x, x, x)
+            if same is not None:  # the worker passes arrays sent equal as one tensor: mha(x, x, x)
                 described[f"{name}_is"] = same
                 continue
             described[name] = list(value.shape)
