@@ -510,3 +510,43 @@ def test_a_shortcut_on_one_tensor_for_several_inputs_is_not_the_formula(name):
     x = torch.randn(2, 3, 4)
     assert not torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])  # one tensor, as users call it
     assert torch.allclose(mha(x, x.clone(), x.clone())[0], multi_head(mha, x, x, x)[0])  # the same values apart
+
+
+def gradients(output, *tensors):
+    """The gradients of sum(output · u) for one fixed u, None for a tensor it does not reach."""
+    return torch.autograd.grad((output * torch.linspace(-1, 1, output.numel()).view_as(output)).sum(), tensors,
+                               allow_unused=True)
+
+
+def test_a_detached_softmax_sum_gives_the_queries_other_gradients():
+    sa = load("sa_masked_softmax_detached_sum").SelfAttention(4)
+    x, mask = torch.randn(2, 3, 4), torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    got = gradients(sa(x, mask)[0], sa.W_Q.weight)[0]
+    want = gradients(attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[0], sa.W_Q.weight)[0]
+    assert torch.allclose(sa(x, mask)[0], attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[0])  # forward right
+    assert not torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("name", ["sa_input_copied_with_torch_tensor", "mha_memory_detached"])
+def test_an_input_cut_from_the_graph_gets_no_gradient(name):
+    module = load(name)
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    if name.startswith("sa_"):  # the file copies x as float32: all in float32
+        sa, x = module.SelfAttention(4).float(), torch.randn(2, 3, 4, dtype=torch.float32, requires_grad=True)
+        got = gradients(sa(x)[0], x)[0]
+        want = gradients(attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0], x)[0]
+    else:
+        mha = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+        query = torch.randn(2, 3, 4)
+        got = gradients(mha(query, x, x)[0], x)[0]
+        want = gradients(multi_head(mha, query, x, x)[0], x)[0]
+    assert want.abs().max() > 0.01 and (got is None or not torch.allclose(got, want))
+
+
+def test_the_saved_softmax_changed_in_place_breaks_backward_in_training():
+    sa = load("sa_weights_changed_in_place_in_train").SelfAttention(4).train()
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(RuntimeError, match="inplace"):
+        sa(x)[0].sum().backward()
+    sa.eval()
+    sa(x)[0].sum().backward()  # eval: fine

@@ -309,25 +309,35 @@ GRADIENT_RTOL = 1e-3
 GRADIENT_FLOOR = 1e-4
 
 
-def gradients_match_reference(reply, params, output_of, upstream, rng):
+def gradients_match_reference(reply, params, output_of, upstream, rng, inputs=None, input_names=None):
     """The parameter gradients of sum(upstream · output) (reply.grads, a call with that upstream)
     are the reference's: along a random direction per parameter, each must give the central
-    difference of that sum computed by output_of(params) in float64 (two forward passes). A
-    backward written by hand (torch.autograd.Function) or a graph cut on the way (.detach(),
-    .data) shows here. Call it only where the forward pass is the reference's: a wrong forward
-    pass is reference_match's, and its gradients are wrong with it."""
+    difference of that sum computed by output_of(params, {}) in float64 (two forward passes); and
+    so must the gradient of each input in `inputs` ({name as the worker names it: float64 array},
+    reply.input_grads; output_of(params, {name: changed input}); input_names: the names to show),
+    a missing one counting as 0. A
+    backward written by hand (torch.autograd.Function) or a graph cut on the way (.detach(), .data,
+    torch.tensor(x)) shows here. Call it only where the forward pass is the reference's: a wrong
+    forward pass is reference_match's, and its gradients are wrong with it."""
     names = [n for n in sorted(set(reply.grads) & set(params))
              if reply.grads[n] is not None and reply.grads[n].shape == params[n].shape]  # else not ours
-    directions = {name: rng.standard_normal(params[name].shape) for name in names}
-    terms = {name: reply.grads[name].astype(np.float64) * directions[name] for name in names}
-    largest = max((float(np.abs(t).sum()) for t in terms.values()), default=0.0)
-    for name in names:
+    varied = [(name, params[name], reply.grads[name], lambda name, value: output_of({**params, name: value}, {}))
+              for name in names]
+    for name, value in sorted((inputs or {}).items()):
+        grad = reply.input_grads.get(name)
+        grad = np.zeros_like(value) if grad is None or grad.shape != value.shape else grad  # cut off: no gradient
+        varied.append(((input_names or {}).get(name, name), value, grad,
+                       lambda _, changed, name=name: output_of(params, {name: changed})))
+    directions = [rng.standard_normal(value.shape) for _, value, _, _ in varied]
+    terms = [grad.astype(np.float64) * direction for (_, _, grad, _), direction in zip(varied, directions)]
+    largest = max((float(np.abs(t).sum()) for t in terms), default=0.0)
+    for (name, value, _, output), direction, term in zip(varied, directions, terms):
         def summed(step):
-            return float((upstream * output_of({**params, name: params[name] + step * directions[name]})).sum())
+            return float((upstream * output(name, value + step * direction)).sum())
 
         expected = (summed(GRADIENT_STEP) - summed(-GRADIENT_STEP)) / (2 * GRADIENT_STEP)
-        got = float(terms[name].sum())
-        tolerance = GRADIENT_RTOL * max(float(np.abs(terms[name]).sum()), abs(expected)) + GRADIENT_FLOOR * largest
+        got = float(term.sum())
+        tolerance = GRADIENT_RTOL * max(float(np.abs(term).sum()), abs(expected)) + GRADIENT_FLOOR * largest
         require(abs(got - expected) <= tolerance, "gradient_mismatch", name=name, got=float(f"{got:.4g}"),
                 expected=float(f"{expected:.4g}"))
 

@@ -343,8 +343,9 @@ def test_gradients(worker, dims, fused, p, seed, data):
                 checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=right[0])
             if i == 0 and right[0]:  # judged where the forward pass is right: a wrong one is reference_match's
                 checks.gradients_match_reference(
-                    reply, module.params, lambda p: reference.causal_self_attention(p, dims["n_head"], x.astype(np.float64)),
-                    everywhere, rng)
+                    reply, module.params, lambda p, changed: reference.causal_self_attention(
+                        p, dims["n_head"], changed.get("0", x.astype(np.float64))),
+                    everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
             return
         # Judged only where the forward pass is right: a future that leaks there is causality's business.
         if right[0]:

@@ -372,8 +372,9 @@ def test_gradients(worker, dims, p, seed, data):
                 right.append(checks.right_with_autograd(module, calls[0], reply, out, e_out))
                 if right[0]:
                     checks.gradients_match_reference(
-                        reply, module.params, lambda p: reference.multi_head_attention(p, dims["h"], *inputs64)[0],
-                        everywhere, rng)
+                        reply, module.params, lambda p, changed: reference.multi_head_attention(
+                            p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)))[0],
+                        everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES)
             return
         # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(

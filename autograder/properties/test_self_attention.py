@@ -192,8 +192,9 @@ def test_batch_independence(worker, dims):
 @graded(CLS, "gradients")
 @given(dims=self_attention_dims(min_time=2), data=st.data())
 def test_gradients(worker, dims, data):
-    """Every parameter gets a finite, nonzero gradient, with and without a mask; and from a query row,
-    no gradient reaches the positions its mask closes (apart from its own: x_i makes q_i)."""
+    """Every parameter gets a finite, nonzero gradient, with and without a mask (in train mode too);
+    the gradients of the parameters and of x are the reference's, with and without a mask; and from
+    a query row, no gradient reaches the positions its mask closes (apart from its own: x_i makes q_i)."""
     module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
     row = data.draw(integers(0, T - 1), label="row")
@@ -203,7 +204,10 @@ def test_gradients(worker, dims, data):
     upstream = one_row((B, T, d_k_of(dims)), row, rng)
     everywhere = gaussian(rng, B, T, d_k_of(dims))
     # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
-    calls = [((x,), {"grad": True, "upstream": everywhere, "input_grads": ["0"]}), ((x,), {"grad": True, "mask": mask}),
+    # the calls with autograd on, the input requiring grad too (as the output of a layer that trains);
+    # the masked one in train mode (which changes nothing in SelfAttention: it has no dropout)
+    calls = [((x,), {"grad": True, "upstream": everywhere, "input_grads": ["0"]}),
+             ((x,), {"grad": True, "mask": mask, "train": True, "upstream": everywhere, "input_grads": ["0"]}),
              ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]})]
 
     def checked(i, reply):
@@ -211,12 +215,14 @@ def test_gradients(worker, dims, data):
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
             checks.gradients_reach_every_parameter(reply, biased=False)
-            if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
-                out, _, e_out, _ = reference.self_attention_bounded(module.params, x.astype(np.float64))
-                if checks.right_with_autograd(module, calls[0], reply, out, e_out):
-                    checks.gradients_match_reference(reply, module.params,
-                                                     lambda p: reference.self_attention(p, x.astype(np.float64))[0],
-                                                     everywhere, rng)
+            # judged where the forward pass is right: a wrong one is reference_match's (or masked_zero's)
+            given = calls[i][1].get("mask")
+            out, _, e_out, _ = reference.self_attention_bounded(module.params, x.astype(np.float64), given)
+            if checks.right_with_autograd(module, calls[i], reply, out, e_out):
+                checks.gradients_match_reference(
+                    reply, module.params, lambda p, changed: reference.self_attention(
+                        p, changed.get("0", x.astype(np.float64)), given)[0],
+                    everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
             return
         # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
         out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), mask)
