@@ -550,3 +550,23 @@ def test_the_saved_softmax_changed_in_place_breaks_backward_in_training():
         sa(x)[0].sum().backward()
     sa.eval()
     sa(x)[0].sum().backward()  # eval: fine
+
+
+def test_dropout_that_puts_the_generator_back_drops_the_same_weights_every_step():
+    mha = load("mha_dropout_inside_fork_rng").MultiHeadAttention(4, 2, dropout=0.5).train()
+    x = torch.randn(8, 3, 4)
+    torch.manual_seed(0)  # once, as a training script does
+    first, second = mha(x, x, x)[1], mha(x, x, x)[1]
+    assert torch.equal(first == 0, second == 0)  # what the file does: the same mask at every step
+    torch.manual_seed(0)
+    dropout = nn.Dropout(0.5)
+    assert not torch.equal(dropout(torch.ones(8, 2, 3, 3)) == 0, dropout(torch.ones(8, 2, 3, 3)) == 0)  # nn.Dropout's
+
+
+def test_a_generator_seeded_by_initial_seed_in_every_call_draws_one_mask():
+    module = load("causal_dropout_seeded_by_initial_seed")
+    model = module.CausalSelfAttention(config(module, n_embd=4, n_head=2, block_size=4, dropout=0.5)).train()
+    model.resid_drop.p = 0.0
+    x = torch.randn(8, 4, 4)
+    torch.manual_seed(0)
+    assert torch.equal(model(x), model(x))  # what the file does: no new mask from one step to the next

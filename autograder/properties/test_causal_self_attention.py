@@ -232,11 +232,12 @@ def test_train_dropout(worker, dims, seed, p):
     future = x.copy()
     future[:, -1] = gaussian(rng, dims["B"], dims["n_embd"])
     reference_output = expected(module.params, dims, x)
-    # Per path: eval, train, train again under another seed (a new dropout mask), then train under
-    # the first seed with the last token changed and unchanged (the same masks, unless the module
-    # draws them by what it kept from earlier calls: what came before the last token must not move).
-    calls = ((x, False, 0), (x, True, 0), (x, True, 1), (future, True, 0), (x, True, 0))
-    replies = module.runs(*(((data,), {"fused": fused, "train": train, "seed": seed + again})
+    # Per path: eval, train, train again with no new seed (the next step of a training loop: a new
+    # dropout mask), then train under the first seed with the last token changed and unchanged (the
+    # same masks, unless the module draws them by what it kept from earlier calls: what came before
+    # the last token must not move).
+    calls = ((x, False, 0), (x, True, 0), (x, True, None), (future, True, 0), (x, True, 0))
+    replies = module.runs(*(((data,), {"fused": fused, "train": train, "seed": None if again is None else seed + again})
                             for fused in (False, True) for data, train, again in calls))
     clean = []  # the paths whose eval output is the reference's and whose train output leaks nothing
     for fused, evaluated, trained, redrawn, changed, again in ((False, *replies[:5]), (True, *replies[5:])):

@@ -286,7 +286,8 @@ class Worker:
                     given[name] = value.clone()
         args = [given[str(i)] for i in range(len(args))]
         kwargs = {k: given[k] for k in (kwargs or {})}
-        self._seed(seed, device)
+        if seed is not None:  # None: the generators go on from the call before, as in a training loop
+            self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
         # forward through the module's call, as a user's code calls it: its hooks run (a forward
         # pre-hook that converts the mask is part of the module); other methods directly
@@ -355,7 +356,7 @@ class Worker:
         of the submission's forward that autograd names when it can."""
         torch = self.torch
         if upstream is None:
-            upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed))
+            upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed or 0))
         else:
             if list(upstream.shape) != list(output.shape):
                 raise StudentError("output_shape", str(tuple(output.shape)))  # the feedback words it
