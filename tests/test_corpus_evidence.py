@@ -570,3 +570,24 @@ def test_a_generator_seeded_by_initial_seed_in_every_call_draws_one_mask():
     x = torch.randn(8, 4, 4)
     torch.manual_seed(0)
     assert torch.equal(model(x), model(x))  # what the file does: no new mask from one step to the next
+
+
+def test_an_output_from_another_dropout_draw_is_not_the_returned_weights_output():
+    mha = load("mha_train_output_from_another_draw").MultiHeadAttention(4, 2, dropout=0.5).train()
+    x = torch.randn(8, 3, 4)
+    out, weights = mha(x, x, x)  # autograd on, as in training
+    assert not torch.allclose(out, multi_head_from(mha, weights, x))
+    with torch.no_grad():
+        out, weights = mha(x, x, x)
+        assert torch.allclose(out, multi_head_from(mha, weights, x))  # under no_grad the file is right
+
+
+def test_dropout_through_data_leaves_the_gradients_of_the_undropped_weights():
+    mha = load("mha_dropout_through_data").MultiHeadAttention(4, 2, dropout=0.5).train()
+    x = torch.randn(8, 3, 4)
+    torch.manual_seed(1)
+    out, weights = mha(x, x, x)
+    assert torch.allclose(out, multi_head_from(mha, weights, x))  # the forward pass is the dropped one
+    got = gradients(out, mha.W_Q.weight)[0]
+    want = gradients(multi_head_from(mha, multi_head(mha, x, x, x)[1] * (weights != 0) / 0.5, x), mha.W_Q.weight)[0]
+    assert not torch.allclose(got, want)

@@ -342,6 +342,30 @@ def gradients_match_reference(reply, params, output_of, upstream, rng, inputs=No
                 expected=float(f"{expected:.4g}"))
 
 
+def train_gradients_match_reference(reply, params, weights, p, output_from, weights_of, upstream, rng):
+    """A train-mode call with autograd on (reply: output, the weights after dropout, and the
+    gradients of sum(upstream · output)), where the weights returned are a dropout of the
+    reference's (`weights`: each kept one multiplied by 1/(1-p), the others 0; else the dropout is
+    train_dropout's business): the output must be the one those weights give (output_from(params,
+    weights)), and the gradients those of that function with the same entries dropped
+    (gradients_match_reference, weights_of(params) being the reference's weights before dropout).
+    Dropout that autograd does not see (applied through .data, a mask drawn again when a checkpoint
+    recomputes it) or an output that, with autograd on, comes from another draw shows here."""
+    if len(reply.outputs) < 2 or not isinstance(reply.outputs[1], np.ndarray) or reply.outputs[1].shape != weights.shape:
+        return
+    returned = reply.outputs[1].astype(np.float64)
+    kept = returned != 0
+    if not np.allclose(returned[kept], weights[kept] / (1 - p), rtol=1e-4, atol=1e-6):
+        return  # not a dropout of the reference's weights: train_dropout's (or reference_match's) to name
+    factor = kept / (1 - p)
+    output = reply.outputs[0]
+    expected = output_from(params, returned)
+    require(isinstance(output, np.ndarray) and output.shape == expected.shape
+            and np.allclose(output, expected, rtol=1e-4, atol=1e-5), "train_output_not_from_weights", p=p)
+    gradients_match_reference(reply, params, lambda changed, _: output_from(changed, weights_of(changed) * factor),
+                              upstream, rng)
+
+
 def finite(array, what):
     require(np.isfinite(array).all(), "not_finite", what=what,
             count=int((~np.isfinite(array)).sum()))

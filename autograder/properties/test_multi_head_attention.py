@@ -354,7 +354,8 @@ def test_gradients(worker, dims, p, seed, data):
     train = {"grad": True, "train": True, "mask": mask}
     everywhere = gaussian(rng, B, Tq, dims["d_model"])
     # the eval call with autograd on, the inputs requiring grad too (as the outputs of layers that train)
-    calls = [(args, {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]}), (args, {**train, "seed": seed}),
+    calls = [(args, {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]}),
+             (args, {**train, "seed": seed, "upstream": everywhere}),
              (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
 
     right = []  # whether the eval forward pass (call 0) is the reference's
@@ -367,6 +368,13 @@ def test_gradients(worker, dims, p, seed, data):
                 checks.gradients_reach_every_parameter(reply, biased=False)
             else:
                 checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=right[0])
+                if right[0]:  # train mode with autograd on, as training runs: judged from the weights returned
+                    inputs64 = [t.astype(np.float64) for t in args]
+                    checks.train_gradients_match_reference(
+                        reply, module.params, reference.multi_head_attention(module.params, dims["h"], *inputs64, mask)[1],
+                        p, lambda params, weights: reference.multi_head_output_from_weights(params, dims["h"], inputs64[2], weights),
+                        lambda params: reference.multi_head_attention(params, dims["h"], *inputs64, mask)[1],
+                        everywhere, rng)
             if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
                 inputs64 = [t.astype(np.float64) for t in args]
                 out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
