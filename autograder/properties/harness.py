@@ -436,6 +436,22 @@ def runs_until_failure(module, *calls):
         return None, (index - offset, error)
 
 
+def runs_skipping(module, calls, skippable):
+    """module.runs(*calls) without the calls the submission raised on among those whose index is in
+    `skippable` (a mask form it cannot take is masked_zero's business, not a second loss where only
+    magnitude is judged): (the replies, the indices of the calls they answer). Costs an exchange
+    more only after such a raise; a raise on another call is raised."""
+    kept = list(range(len(calls)))
+    while True:
+        replies, failed = runs_until_failure(module, *(calls[i] for i in kept))
+        if failed is None:
+            return replies, kept
+        index, error = failed
+        if kept[index] not in skippable:
+            raise error
+        del kept[index]
+
+
 def call_failure(error, code, message=None, **params):
     """PropertyFailure `code` about a call the submission raised on (a SubmissionError), naming its
     exception, message (or `message`) and line (and cell, in a notebook)."""
