@@ -535,6 +535,7 @@ def notebook_source(text, name="notebook.ipynb"):
         del tree
     for alias in (s for s in statements if s.kind == "alias"):  # what `capas.core` may read of the cell
         alias.reads = {bound for s in statements if writes[s.cell] & alias.reads for bound in s.binds}
+    statements = _attached_or_dropped(statements)
     try:
         kept = _needed(statements)
     except (MemoryError, RecursionError) as exc:
@@ -671,6 +672,8 @@ def _statements(tree, code, cell, written=frozenset()):
                 kind = "future"
             else:
                 kind = "star" if names == ["*"] else "import"
+        elif _attaching(node):
+            kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), _attaching(node)[1])
         elif isinstance(node, _DEFINITIONS):
             kind, names = "definition", (node.name,)
         elif isinstance(node, _STATEMENTS):
@@ -687,7 +690,9 @@ def _statements(tree, code, cell, written=frozenset()):
             line = node.lineno
             start = starts[line - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
-        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names))
+        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names,
+                                (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement")
+                                if kind == "attaching" else ()))
     return found
 
 
@@ -722,6 +727,56 @@ def _as_in_the_kernel(node, data, starts, start, end):
         at = last
     text = b"".join(pieces) + data[at:end]
     return text, 0, len(text)
+
+
+def _attaching(node):
+    """(the function, the graded class) of a statement that gives a graded class something through
+    a function of the notebook's: a call such as `agregar_metodo(SelfAttention, forward)`, or a
+    decorator such as D2L's `@add_to_class(SelfAttention)` on a def; else None. Kept (with that
+    function) when the class is, if the notebook defines the function (attached_or_dropped)."""
+    calls = [node.value] if isinstance(node, ast.Expr) else getattr(node, "decorator_list", [])
+    for call in calls:
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id != "setattr":  # _mutated's
+            for argument in call.args:
+                if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
+                    return call.func.id, argument.id
+    return None
+
+
+def _attached_or_dropped(statements):
+    """statements, each "attaching" one (_attaching) kept as the definition or statement it is
+    where the notebook defines its function as one that sets attributes (setattr, or `cls.name =`
+    on a parameter), and dropped otherwise: another function may do anything (train, plot)."""
+    defined = {name for s in statements if s.kind == "definition" and _sets_attributes(s.text) for name in s.binds}
+    kept = []
+    for statement in statements:
+        if statement.kind == "attaching":
+            function, kind = statement.reads
+            if function not in defined:
+                continue
+            statement.kind, statement.reads = kind, ()
+        kept.append(statement)
+    return kept
+
+
+def _sets_attributes(text):
+    """Whether a def's code calls setattr or assigns an attribute of one of its parameters (in it or
+    in a function it defines): what a helper that attaches a method to a class does."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    if not (tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef))):
+        return False  # a class (a Trainer(model), say) is no such helper
+    parameters = {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+                  for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                                                and t.value.id in parameters for t in node.targets):
+            return True
+    return False
 
 
 def _mutated(node):
