@@ -338,3 +338,17 @@ def test_write_makes_a_private_valid_utf8_file_even_from_lone_surrogates(tmp_pat
     assert output.endswith("print \ufffd and [31mred\n") and written["output"] == "top \ufffd"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     assert [p.name for p in path.parent.iterdir()] == ["results.json"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("code, params, gone", [
+    ("submission.exception", {"op": "forward", "exc_type": "RuntimeError", "message": "size mismatch"}, "línea"),
+    ("submission.exception.in_cell", {"op": "forward", "exc_type": "RuntimeError", "message": "x", "cell": 3}, "línea"),
+])
+def test_an_exception_raised_inside_torch_names_no_line_rather_than_a_question_mark(code, params, gone):
+    """No line of the submission on the exception's way (torch raised it in its own code): the
+    sentence leaves the line out ("en la línea ?" was shown)."""
+    outcome = Outcome("SelfAttention", "shapes", "error", code.removesuffix(".in_cell"), {**params, "line": None}, {})
+    for language in ("es", "en"):
+        text = feedback.message(outcome, language).splitlines()[0]
+        assert "?" not in text and gone not in text and " line" not in text, text
+        assert "RuntimeError" in text, text

@@ -423,11 +423,19 @@ def _template(outcome, failures):
     return _fitted(failures.get(outcome.code, outcome.code or ""), params), params
 
 
+# Where a template names the submission's line: left out when the exception came from torch's own
+# code, with no line of the submission on its way (once shown as "en la línea ?").
+_LINE_PHRASE = re.compile(r" (?:en la línea|on line|at line) \{line\}(?=[ :,.])|,? \((?:línea|line) \{line\}\)"
+                          r"|,? (?:línea|line) \{line\}(?=[,:)])")
+
+
 def _fitted(template, params):
     """The template, fitted to what the submission's exception said. `raise ValueError()` has no
     message: the sentence ends where it would have begun. A message that ends its own sentence
     ("... instead.", "... device cpu!") where the template puts a full stop after it loses its own
     mark (params is the caller's copy): no line reads "instead.." or "cpu!." any more."""
+    if params.get("line") is None and "{line}" in template:  # raised inside torch: no line of theirs
+        template = _LINE_PHRASE.sub("", template)
     if params.get("message") == "" and template.endswith(": {message}"):
         return template[:-len(": {message}")] + "."
     for key in ("error", "message"):
