@@ -591,3 +591,12 @@ def test_dropout_through_data_leaves_the_gradients_of_the_undropped_weights():
     got = gradients(out, mha.W_Q.weight)[0]
     want = gradients(multi_head_from(mha, multi_head(mha, x, x, x)[1] * (weights != 0) / 0.5, x), mha.W_Q.weight)[0]
     assert not torch.allclose(got, want)
+
+
+def test_a_single_key_shortcut_drops_nothing_in_train_mode():
+    mha = load("mha_one_key_skips_dropout").MultiHeadAttention(4, 2, dropout=0.5).train()
+    query, memory = torch.randn(64, 3, 4), torch.randn(64, 1, 4)
+    weights = mha(query, memory, memory)[1]
+    assert torch.all(weights == 1)  # what the file does: nothing dropped
+    dropped = nn.Dropout(0.5)(torch.ones_like(weights))  # the statement's: each weight 0 or 1/(1-p)
+    assert set(dropped.unique().tolist()) == {0.0, 2.0}

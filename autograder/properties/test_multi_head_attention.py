@@ -307,12 +307,14 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code != "dropout_not_applied":
                     raise
                 raise PropertyFailure("dropout_not_applied_masked", **failure.params) from None
-        # Dropout acts at every shape the statement allows: one example (B=1) and one query (Tq=1),
-        # each with thousands of weights; no shape check or shortcut skips it.
-        # A call the module raises on (a length it cannot take) is reference_match's to name.
+        # Dropout acts at every shape the statement allows: one example (B=1), one query (Tq=1) and
+        # one key (Tk=1: every weight is 1 before dropout), each with thousands of weights; no shape
+        # check or shortcut skips it. A call the module raises on (a length it cannot take) is
+        # reference_match's to name.
         side = math.isqrt(-(-checks.DROPOUT_DRAWS // dims["h"])) + 1
         many = -(-checks.DROPOUT_DRAWS // (dims["h"] * dims["Tk"]))
-        for case, shape in (("B=1", {"B": 1, "Tq": side, "Tk": side}), ("Tq=1", {"B": many, "Tq": 1})):
+        for case, shape in (("B=1", {"B": 1, "Tq": side, "Tk": side}), ("Tq=1", {"B": many, "Tq": 1}),
+                            ("Tk=1", {"B": -(-checks.DROPOUT_DRAWS // (dims["h"] * dims["Tq"])), "Tk": 1})):
             shaped = {**dims, **shape}
             data = cross_inputs(rng, shaped)
             replies, failed = runs_until_failure(module, (data, {}), (data, {"train": True, "seed": seed + 4}))
