@@ -600,3 +600,13 @@ def test_a_single_key_shortcut_drops_nothing_in_train_mode():
     assert torch.all(weights == 1)  # what the file does: nothing dropped
     dropped = nn.Dropout(0.5)(torch.ones_like(weights))  # the statement's: each weight 0 or 1/(1-p)
     assert set(dropped.unique().tolist()) == {0.0, 2.0}
+
+
+def test_weights_returned_in_a_reused_buffer_change_with_the_next_call():
+    mha = load("mha_weights_returned_in_a_reused_buffer").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    first_x, second_x = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    first = mha(first_x, first_x, first_x)[1]
+    kept = first.clone()
+    mha(second_x, second_x, second_x)
+    assert torch.allclose(kept, multi_head(mha, first_x, first_x, first_x)[1])  # right when returned
+    assert not torch.allclose(first, kept)  # what the file does: call 1's weights are now call 2's

@@ -953,6 +953,7 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
     for i, reply in enumerate(replies):
         got = shaped(i, reply)
         inputs_unchanged(reply, names)
+        require(not reply.earlier_outputs_changed, "outputs_overwritten_later", previous=i, call=i + 1)
         code, said = (described or {}).get(i, ("reference_mismatch_at", {}))
         for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
             params = {"what": what, "call": i + 1, "calls": len(calls), "scale": magnitude, **said}

@@ -34,6 +34,7 @@ class Reply:
         self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
+        self.earlier_outputs_changed = raw.get("earlier_outputs_changed", False)  # the previous call's outputs written
         self.call = call
 
     def shape(self, index):

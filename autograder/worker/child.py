@@ -162,6 +162,7 @@ class Worker:
         self.module = None
         self.instances = {}
         self.last_inputs = {}  # handle -> the tensors its latest call got (op_call's in_place)
+        self.last_outputs = {}  # handle -> (tensor, its values as returned) of its latest call's outputs
         deferred.install()  # after torch: the modules it stands in for are torch's own imports
 
     def load_submission(self):
@@ -298,9 +299,13 @@ class Worker:
         for value in outputs:
             if type(value) is not torch.Tensor:
                 raise StudentError("bad_output", type(value).__name__)  # the type's name: the feedback words it
-        reply = {"outputs": [self._to_numpy(v) for v in outputs], "traced": traced,
+        returned = [self._to_numpy(v) for v in outputs]
+        reply = {"outputs": returned, "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()
-                                    if self._changed(given[name], copied))}
+                                    if self._changed(given[name], copied)),
+                 "earlier_outputs_changed": self._earlier_outputs_changed(handle)}
+        self.last_outputs[handle] = [(v, a.copy()) for v, a in zip(outputs, returned)  # as sent: same dtype
+                                     if isinstance(a, np.ndarray) and str(v.dtype) == "torch." + wire.DTYPE_NAMES[a.dtype]]
         if grad:
             self._backward(outputs[0], seed, upstream)
             reply["grads"] = {
@@ -311,6 +316,12 @@ class Worker:
                 reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)
                                         for name, leaf in leaves.items()}
         return reply
+
+    def _earlier_outputs_changed(self, handle):
+        """Whether a tensor the module's previous call returned no longer holds what it returned: a
+        buffer kept in self and written again by this call (a user keeping call 1's weights finds
+        call 2's in them)."""
+        return any(self._changed(tensor, values) for tensor, values in self.last_outputs.pop(handle, ()))
 
     @staticmethod
     def _aliased(given, sent):

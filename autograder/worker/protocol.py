@@ -14,7 +14,8 @@ which would be reported as the grading machine's fault.
              torch.nn.functional functions the request named in `trace`),
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
-             "modified": [str] (the inputs the call changed in place)}
+             "modified": [str] (the inputs the call changed in place),
+             "earlier_outputs_changed": bool (a tensor the previous call returned was written since)}
   probe     {"cuda": bool}
 """
 import numpy as np
@@ -84,6 +85,8 @@ def _call(reply, request):
     if "modified" in reply:
         _require(isinstance(reply["modified"], list) and len(reply["modified"]) <= MAX_DIMENSIONS
                  and all(isinstance(name, str) and len(name) <= 100 for name in reply["modified"]))
+    if "earlier_outputs_changed" in reply:
+        _require(type(reply["earlier_outputs_changed"]) is bool)
 
 
 def _input_shape(request, name):
