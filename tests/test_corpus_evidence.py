@@ -610,3 +610,10 @@ def test_weights_returned_in_a_reused_buffer_change_with_the_next_call():
     mha(second_x, second_x, second_x)
     assert torch.allclose(kept, multi_head(mha, first_x, first_x, first_x)[1])  # right when returned
     assert not torch.allclose(first, kept)  # what the file does: call 1's weights are now call 2's
+
+
+def test_a_default_dropout_of_zero_drops_nothing_when_built_without_the_argument():
+    mha = load("mha_default_dropout_zero").MultiHeadAttention(8, 2).train()  # the signature's default: 0.1
+    x = torch.randn(64, 4, 8)
+    assert (mha(x, x, x)[1] == 0).sum() == 0  # what the file does
+    assert (nn.Dropout(0.1)(torch.ones(64, 2, 4, 4)) == 0).sum() > 0  # what dropout=0.1 does

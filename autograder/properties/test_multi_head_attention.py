@@ -24,6 +24,9 @@ def build(worker, dims, dropout=0.0, load_seed=None, **load):
     return Remote(worker, CLS, load_seed, **load, layer_shapes=dict.fromkeys(("W_Q", "W_K", "W_V", "W_O"), square),
                   d_model=dims["d_model"], num_heads=dims["h"], dropout=dropout)
 
+DEFAULT_DROPOUT = 0.1  # the statement's signature: MultiHeadAttention(d_model, num_heads, dropout=0.1)
+
+
 def loaded(worker, dims, dropout=0.0):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""
     return build(worker, dims, dropout, load_seed=parameter_seed(dims)), rng_for(dims)
@@ -327,6 +330,15 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code != "dropout_not_applied":
                     raise
                 raise PropertyFailure("weights_not_dropped_at_shape", case=case, **failure.params) from None
+        # Built as MultiHeadAttention(d_model, num_heads): the signature's default, dropout=0.1.
+        default = Remote(worker, CLS, d_model=dims["d_model"], num_heads=dims["h"])
+        replies, failed = runs_until_failure(default, (args, {}), (args, {"train": True, "seed": seed + 5}))
+        if not failed:
+            (_, ev), (_, tr) = (outputs(reply, dims) for reply in replies)
+            try:
+                checks.dropout_on_weights(tr, ev, DEFAULT_DROPOUT)
+            except PropertyFailure:
+                raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
