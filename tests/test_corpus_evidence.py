@@ -617,3 +617,23 @@ def test_a_default_dropout_of_zero_drops_nothing_when_built_without_the_argument
     x = torch.randn(64, 4, 8)
     assert (mha(x, x, x)[1] == 0).sum() == 0  # what the file does
     assert (nn.Dropout(0.1)(torch.ones(64, 2, 4, 4)) == 0).sum() > 0  # what dropout=0.1 does
+
+
+def test_a_checkpoint_that_draws_dropout_again_gives_the_gradient_of_another_forward_pass():
+    module = load("causal_checkpoint_without_rng_state")
+    model = module.CausalSelfAttention(config(module, n_embd=4, n_head=2, block_size=6, dropout=0.5)).train()
+    model.resid_drop.p = 0.0
+    x, upstream = torch.randn(16, 6, 4), torch.randn(16, 6, 4)
+    weight = model.qkv.weight
+    torch.manual_seed(3)
+    got = torch.autograd.grad((model(x) * upstream).sum(), weight)[0]
+    step, direction = 1e-6, torch.randn_like(weight)
+    sums = []
+    for sign in (1, -1):  # the forward pass that gave the output: the same seed, the same draw
+        with torch.no_grad():
+            weight += sign * step * direction
+            torch.manual_seed(3)
+            sums.append((model(x) * upstream).sum())
+            weight -= sign * step * direction
+    expected = (sums[0] - sums[1]) / (2 * step)
+    assert abs(float((got * direction).sum()) - float(expected)) > 0.1 * abs(float(expected))

@@ -366,6 +366,44 @@ def train_gradients_match_reference(reply, params, weights, p, output_from, weig
                               upstream, rng)
 
 
+# The train-mode central difference: a step along a standard normal direction in parameter space,
+# small enough that the second-order term stays below float32's rounding of the outputs it sums.
+PERTURB_STEP = 1e-3
+PERTURB_RTOL = 0.02
+
+
+def train_gradients_are_the_forwards(module, call, reply, upstream):
+    """A train-mode call with autograd on (call, its reply, `upstream` its gradient of output 0):
+    along a direction in parameter space, the gradients must give the central difference of
+    sum(upstream · output) that the same forward pass gives, under the same seed (so the same
+    dropout draw), with the parameters moved a step either way (the worker's perturb option, two
+    calls). Where the module does not give the same output under the same seed without autograd
+    (its randomness depends on the grad mode), nothing is judged. Dropout that autograd does not
+    see, or a mask drawn again when the backward pass recomputes the forward one (checkpoint
+    without preserve_rng_state), shows here; no reference is needed, as the draw is the module's."""
+    from ..worker import parameters
+
+    args, options = call
+    plain = {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads")}
+    seed = int(options.get("seed", 0)) + 104729
+    again, plus, minus = module.runs((args, plain), (args, {**plain, "perturb": {"seed": seed, "step": PERTURB_STEP}}),
+                                     (args, {**plain, "perturb": {"seed": seed, "step": -PERTURB_STEP}}))
+    outputs = [r.outputs[0] if r.outputs else None for r in (reply, again, plus, minus)]
+    if not all(isinstance(o, np.ndarray) and o.shape == upstream.shape for o in outputs):
+        return
+    if not np.array_equal(outputs[0], outputs[1], equal_nan=True):
+        return  # another draw without autograd: the randomness is not the seed's alone
+    direction = parameters.direction(seed, module.param_shapes)
+    terms = [reply.grads[name].astype(np.float64) * direction[name] for name in sorted(direction)
+             if isinstance(reply.grads.get(name), np.ndarray) and reply.grads[name].shape == direction[name].shape]
+    got = float(sum(t.sum() for t in terms))
+    expected = float((upstream * (outputs[2].astype(np.float64) - outputs[3])).sum()) / (2 * PERTURB_STEP)
+    scale = float(sum(np.abs(t).sum() for t in terms))
+    calling(reply.call)
+    require(abs(got - expected) <= PERTURB_RTOL * max(scale, abs(expected)), "train_gradient_mismatch",
+            got=float(f"{got:.4g}"), expected=float(f"{expected:.4g}"))
+
+
 def finite(array, what):
     require(np.isfinite(array).all(), "not_finite", what=what,
             count=int((~np.isfinite(array)).sum()))

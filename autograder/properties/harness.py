@@ -241,7 +241,7 @@ class Remote:
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
-          in_place=False, **kwargs):
+          in_place=False, perturb=None, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -250,14 +250,16 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
     `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one position along the sequence instead of their
     result; reload: Remote.reloading's option; in_place (without grad): the worker writes the
-    arrays into the tensors the module's previous call got, where their shapes match."""
+    arrays into the tensors the module's previous call got, where their shapes match; perturb
+    ({"seed", "step"}, without grad): the call runs with the parameters moved by step along
+    parameters.direction(seed), then put back."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
-            "reload": reload, "rolled": list(rolled), "in_place": in_place}
+            "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
@@ -272,7 +274,7 @@ INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
 # Switches whose value only the grader reads: the example says that they were set, not to what.
-SET_SWITCHES = {"reload": "new_parameters"}
+SET_SWITCHES = {"reload": "new_parameters", "perturb": "parameters_moved"}
 
 
 def describe_call(cls, op, args):

@@ -324,8 +324,8 @@ def test_gradients(worker, dims, fused, p, seed, data):
     everywhere = gaussian(rng, B, T, C)
     # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
     calls = [((x,), {"grad": True, "fused": fused, "upstream": everywhere, "input_grads": ["0"]}),
-             ((x,), {**train, "seed": seed}),
-             ((x,), {**train, "seed": seed + 1, "fused": True}),
+             ((x,), {**train, "seed": seed, "upstream": everywhere}),
+             ((x,), {**train, "seed": seed + 1, "fused": True, "upstream": everywhere}),
              ((x,), {**train, "seed": seed + 2, "fused": fused, "upstream": upstream, "input_grads": ["0"]})]
 
     right = []  # whether the eval forward pass (call 0, the same path as call 3) is the reference's
@@ -342,6 +342,8 @@ def test_gradients(worker, dims, fused, p, seed, data):
                 checks.gradients_reach_every_parameter(reply)
             else:
                 checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=right[0])
+                if right[0]:  # the gradients of the train-mode forward pass, under its own dropout draw
+                    checks.train_gradients_are_the_forwards(module, calls[i], reply, everywhere)
             if i == 0 and right[0]:  # judged where the forward pass is right: a wrong one is reference_match's
                 checks.gradients_match_reference(
                     reply, module.params, lambda p, changed: reference.causal_self_attention(

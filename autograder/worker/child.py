@@ -9,6 +9,7 @@ because the checks run in the grader's process.
 
 Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
 """
+import contextlib
 import copy
 import dataclasses
 import fcntl
@@ -239,7 +240,7 @@ class Worker:
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                rolled=(), in_place=False):
+                rolled=(), in_place=False, perturb=None):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -254,11 +255,17 @@ class Worker:
         to see whether its output depends on them. in_place (without grad): the arrays are written
         into the very tensors the module's previous call got (where each has the same shape and
         dtype), as a training loop refills one input buffer: a cache keyed on a tensor's identity
-        or address then sees other values."""
+        or address then sees other values. perturb={"seed", "step"} (without grad): the call runs with
+        every parameter moved by step along parameters.direction(seed), then put back exactly: the
+        grader's central difference of the train-mode forward, under one dropout draw."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
             self._load(module, reload)
+        if perturb is not None and not grad:
+            with self._perturbed(module, perturb):
+                return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
+                                    upstream, input_grads, None, rolled, in_place)
         if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
@@ -316,6 +323,23 @@ class Worker:
                 reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)
                                         for name, leaf in leaves.items()}
         return reply
+
+    @contextlib.contextmanager
+    def _perturbed(self, module, perturb):
+        """The module's parameters moved by perturb["step"] along parameters.direction(perturb["seed"])
+        (through .data, as _load writes), and put back exactly afterwards."""
+        own = members(module)[0]
+        moves = parameters.direction(perturb["seed"], {name: list(p.shape) for name, p in own.items()})
+        saved = {name: p.detach().clone() for name, p in own.items()}
+        with self.torch.no_grad():
+            for name, p in own.items():
+                p.data.add_(self.torch.from_numpy(moves[name]).to(p.dtype), alpha=float(perturb["step"]))
+        try:
+            yield
+        finally:
+            with self.torch.no_grad():
+                for name, p in own.items():
+                    p.data.copy_(saved[name])
 
     def _earlier_outputs_changed(self, handle):
         """Whether a tensor the module's previous call returned no longer holds what it returned: a
@@ -455,7 +479,6 @@ class Worker:
         each row is then what another query got, as plausible as the true result, and only a
         module that computes attention itself can tell)."""
         from torch.overrides import TorchFunctionMode
-        import contextlib
 
         names = set(counts) | set(rolled)
         functions = [(getattr(self.torch.nn.functional, name, None), name) for name in names]

@@ -50,3 +50,12 @@ def scaled_rows(scale, layers):
     if not (isinstance(rows, list) and len(rows) == 2 and all(type(r) is int for r in rows) and 0 <= rows[0] < rows[1]):
         raise ValueError(f"scale rows must be [start, stop): {rows!r}")
     return slice(*rows)
+
+
+def direction(seed, shapes):
+    """A float32 direction in parameter space, one standard normal array per parameter of `shapes`
+    (name -> shape), drawn from default_rng(seed) in sorted name order: the worker moves the
+    parameters along it (op_call's perturb) and the grader takes the gradient along it."""
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(tuple(shapes[name])).astype(np.float32) for name in sorted(shapes)}
+
