@@ -328,3 +328,36 @@ def test_inputs_sent_equal_reach_the_module_as_one_tensor(tmp_path):
                                       "(False,", "False,", "6.0,", "18.0,", "12.0)",
                                       "(True,", "True,", "12.0,", "12.0,", "12.0)",
                                       "(True,", "False,", "6.0,", "6.0,", "12.0)"], printed.stderr
+
+
+PERTURBED = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child, parameters
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Probe", {{}}, "probe")
+before = worker.instances["probe"].weight.detach().clone()
+x = np.zeros((1, 2), np.float32)
+worker.op_call("probe", "forward", [x], perturb={{"seed": 5, "step": 0.5}})
+moved = worker.module.SEEN[-1]
+after = worker.instances["probe"].weight.detach()
+expected = before.numpy() + 0.5 * parameters.direction(5, {{"weight": [2, 2]}})["weight"]
+print(np.allclose(moved, expected), bool((after == before).all()))
+"""
+
+
+def test_a_perturbed_call_moves_the_parameters_along_the_shared_direction_and_puts_them_back(tmp_path):
+    """perturb: the call sees every parameter moved by step along parameters.direction(seed), the
+    grader's own direction; afterwards they are exactly what they were."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\nSEEN = []\n\nclass Probe(torch.nn.Module):\n"
+                          "    def __init__(self):\n        super().__init__()\n"
+                          "        self.weight = torch.nn.Parameter(torch.randn(2, 2))\n"
+                          "    def forward(self, x):\n        SEEN.append(self.weight.detach().numpy().copy())\n"
+                          "        return x @ self.weight\n", encoding="utf-8")
+    script = tmp_path / "perturbed.py"
+    script.write_text(PERTURBED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["True", "True"], printed.stderr
