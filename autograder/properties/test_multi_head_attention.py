@@ -337,7 +337,9 @@ def test_train_dropout(worker, dims, seed, p):
             (_, ev), (_, tr) = (outputs(reply, dims) for reply in replies)
             try:
                 checks.dropout_on_weights(tr, ev, DEFAULT_DROPOUT)
-            except PropertyFailure:
+            except PropertyFailure as failure:
+                if failure.code not in ("dropout_not_applied", "dropout_wrong_rate", "dropout_ignores_p"):
+                    raise  # a mistake of the dropout itself (its factor, say), seen at this rate first
                 raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
