@@ -731,32 +731,67 @@ def _as_in_the_kernel(node, data, starts, start, end):
 
 def _attaching(node):
     """(the function, the graded class) of a statement that gives a graded class something through
-    a function of the notebook's: a call such as `agregar_metodo(SelfAttention, forward)`, or a
-    decorator such as D2L's `@add_to_class(SelfAttention)` on a def; else None. Kept (with that
-    function) when the class is, if the notebook defines the function (attached_or_dropped)."""
-    calls = [node.value] if isinstance(node, ast.Expr) else getattr(node, "decorator_list", [])
-    for call in calls:
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id != "setattr":  # _mutated's
-            for argument in call.args:
-                if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
-                    return call.func.id, argument.id
+    a function of the notebook's: a call such as `agregar_metodo(SelfAttention, forward)` (the class
+    by position or keyword), `add_to_class(SelfAttention)(forward)`, or a decorator such as D2L's
+    `@add_to_class(SelfAttention)` on a def; the function as named there (`utils.add_to_class`
+    for one reached through a module). Else None. Kept (with that function) when the class is, if
+    the notebook defines the function (_attached_or_dropped)."""
+    calls = [node.value] if isinstance(node, ast.Expr) else list(getattr(node, "decorator_list", []))
+    while calls:
+        call = calls.pop()
+        if not isinstance(call, ast.Call):
+            continue
+        calls.append(call.func)  # add_to_class(Cls)(f): the class is the inner call's
+        function = _dotted(call.func)
+        if function is None or function == "setattr":  # setattr is _mutated's
+            continue
+        for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
+            if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
+                return function, argument.id
+    return None
+
+
+def _dotted(node):
+    """`f` or `module.f` as written, or None for any other callee."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
     return None
 
 
 def _attached_or_dropped(statements):
     """statements, each "attaching" one (_attaching) kept as the definition or statement it is
     where the notebook defines its function as one that sets attributes (setattr, or `cls.name =`
-    on a parameter), and dropped otherwise: another function may do anything (train, plot)."""
+    on a parameter), under that name, another bound to it (`registrar = add_to_class`, or `from
+    utils import add_to_class as registrar` of a written module), or through a written module's
+    name (`utils.add_to_class`); dropped otherwise: another function may do anything (train, plot)."""
     defined = {name for s in statements if s.kind == "definition" and _sets_attributes(s.text) for name in s.binds}
+    for statement in statements:  # names bound to such a function, in the notebook's order
+        if statement.kind == "statement":
+            defined |= {target for target, value in _plain_aliases(statement.text) if value in defined}
+    modules = {name for s in statements if s.kind == "alias" for name in s.binds}  # `import utils` of a written one
     kept = []
     for statement in statements:
         if statement.kind == "attaching":
             function, kind = statement.reads
-            if function not in defined:
+            base, _, name = function.rpartition(".")
+            if not (name in defined and (not base or base in modules)):
                 continue
             statement.kind, statement.reads = kind, ()
         kept.append(statement)
     return kept
+
+
+def _plain_aliases(text):
+    """(target, value) of each `target = value` between two plain names in a statement's code."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    return [(node.targets[0].id, node.value.id) for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)]
 
 
 def _sets_attributes(text):

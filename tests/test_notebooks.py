@@ -600,3 +600,30 @@ def test_methods_attached_by_a_helper_of_the_notebook_are_kept_with_the_class():
     namespace = {"__name__": "graded"}
     exec(compile(code_of(source), "graded", "exec"), namespace)
     assert namespace["SelfAttention"].forward.__name__ == "forward" and namespace["SelfAttention"].__call__ is namespace["hola"]
+
+
+@pytest.mark.parametrize("attach", [
+    "add_to_class(SelfAttention)(forward)",  # the decorator written as a call
+    "agregar(forward, clase=SelfAttention)",  # the class by keyword
+    "registrar = add_to_class\n\n@registrar(SelfAttention)\ndef forward2(self, x):\n    return x",  # another name
+])
+def test_every_form_of_attaching_through_a_notebook_helper_is_kept(attach):
+    helper = ("def add_to_class(Class):\n    def wrapper(obj):\n        setattr(Class, 'forward', obj)\n"
+              "    return wrapper\n\ndef agregar(f, clase):\n    clase.forward = f")
+    source = kept(helper, "import torch\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+                  "def forward(self, x):\n    return x", attach)
+    namespace = {"__name__": "graded"}
+    exec(compile(code_of(source), "graded", "exec"), namespace)
+    assert namespace["SelfAttention"].forward is not namespace["torch"].nn.Module.forward, source
+
+
+def test_a_helper_reached_through_a_written_module_attaches_too(monkeypatch):
+    """`import utils` of a %%writefile module, then `@utils.add_to_class(SelfAttention)`."""
+    source = kept("%%writefile utils.py\ndef add_to_class(Class):\n    def wrapper(obj):\n"
+                  "        setattr(Class, obj.__name__, obj)\n    return wrapper",
+                  "import torch\nimport utils\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+                  "@utils.add_to_class(SelfAttention)\ndef forward(self, x):\n    return x")
+    graded = types.ModuleType("graded")
+    monkeypatch.setitem(sys.modules, "graded", graded)
+    exec(compile(source, "graded", "exec"), graded.__dict__)
+    assert graded.SelfAttention.forward.__name__ == "forward", source
