@@ -637,3 +637,11 @@ def test_a_checkpoint_that_draws_dropout_again_gives_the_gradient_of_another_for
             weight -= sign * step * direction
     expected = (sums[0] - sums[1]) / (2 * step)
     assert abs(float((got * direction).sum()) - float(expected)) > 0.1 * abs(float(expected))
+
+
+def test_forward_arguments_renamed_refuse_a_call_by_the_statements_names():
+    mha = load("mha_forward_arguments_renamed").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    x = torch.randn(2, 3, 4)
+    assert torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])  # by position: right
+    with pytest.raises(TypeError, match="query"):
+        mha(query=x, key=x, value=x)

@@ -211,21 +211,22 @@ def test_reference_match(worker, dims, scales):
     # one (1, Tq, Tk) mask for all of it
     one_query = {**dims, "Tq": 1, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
     query, memory, _ = cross_inputs(rng, one_query)
-    # then self-attention, mha(x, x, x): one tensor for all three (the worker passes inputs sent
-    # equal as one tensor), as the memory above is key and value (a shortcut taken when
-    # `key is value` shows)
+    # then self-attention, mha(query=x, key=x, value=x): one tensor for all three (the worker passes
+    # inputs sent equal as one tensor), as the memory above is key and value (a shortcut taken when
+    # `key is value` shows), by keyword (the statement's names for forward's arguments)
     self_dims = {**dims, "Tk": dims["Tq"]}
     x = cross_inputs(rng, self_dims)[0]
     calls += [(padded, {"mask": long_mask}),
               ((query, memory, memory), {"mask": random_mask(rng, 1, 1, dims["Tk"])}),  # float32, as above
-              ((x, x, x), {}), calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
+              ((), {"query": x, "key": x, "value": x}), calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
     magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, first]
     shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims]
 
     def expected(i):
         args, options = calls[i]
+        given = args or tuple(options[name] for name in ("query", "key", "value"))  # the call by keyword
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
-            changed if "reload" in options else module.params, dims["h"], *(t.astype(np.float64) for t in args),
+            changed if "reload" in options else module.params, dims["h"], *(t.astype(np.float64) for t in given),
             options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
