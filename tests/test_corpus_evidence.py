@@ -645,3 +645,29 @@ def test_forward_arguments_renamed_refuse_a_call_by_the_statements_names():
     assert torch.allclose(mha(x, x, x)[0], multi_head(mha, x, x, x)[0])  # by position: right
     with pytest.raises(TypeError, match="query"):
         mha(query=x, key=x, value=x)
+
+
+@pytest.mark.parametrize("name", ["sa_output_from_sdpa_minus_1e4", "mha_eval_output_from_sdpa_minus_1e4"])
+def test_an_output_from_sdpa_with_a_finite_fill_takes_masked_positions_at_large_scores(name):
+    module = load(name)
+    x = 1e3 * torch.randn(2, 4, 4)
+    mask = torch.tensor([[True, False, False, False], [True, True, False, False],
+                         [True, True, True, False], [True, True, True, True]])
+    if name.startswith("sa_"):
+        sa = module.SelfAttention(4)
+        got, want = sa(x, mask), attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)
+    else:
+        mha = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+        got, want = mha(x, x, x, mask), multi_head(mha, x, x, x, mask)
+    assert torch.allclose(got[1], want[1])  # the weights returned are right
+    assert not torch.allclose(got[0], want[0], rtol=1e-4, atol=1e-2)  # the output is not theirs
+
+
+def test_a_fused_path_masked_with_minus_1e4_lets_the_future_in_at_large_scores():
+    module = load("causal_fused_mask_minus_1e4")
+    model = module.CausalSelfAttention(config(module, n_embd=8, n_head=2, block_size=6)).eval()
+    x = 1e3 * torch.randn(2, 6, 8)
+    changed = x.clone()
+    changed[:, -1] = 1e3 * torch.randn(2, 8)
+    assert torch.allclose(model(x)[:, :-1], model(changed)[:, :-1])  # the explicit path: causal
+    assert not torch.allclose(model(x, fused=True)[:, :-1], model(changed, fused=True)[:, :-1], atol=1e-3)

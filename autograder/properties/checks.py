@@ -438,10 +438,10 @@ def stable_when_large(large, masks, at_scale_1, described):
     unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(at_scale_1(), masks))
 
 
-def weights_are_the_reference(weights, bounded):
-    """Whether weights a module returned are the reference's (bounded: what reference.*_bounded
-    returns, weights second and their bound fourth), up to float32 rounding; never fails."""
-    return _within_reference(weights, bounded[1], bounded[3])
+def is_the_reference(got, bounded):
+    """Whether the (output, weights) a module returned are the reference's (bounded: what
+    reference.*_bounded returns: output, weights, their bounds), up to float32 rounding; never fails."""
+    return _within_reference(got[0], bounded[0], bounded[2]) and _within_reference(got[1], bounded[1], bounded[3])
 
 
 WINNER_SLACK = 1e-3
@@ -463,6 +463,25 @@ def winners_kept_when_large(weights, winners, right_below):
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             raise PropertyFailure("large_scores_changed", index=list(index), got=round(float(got[index]), 4),
                                   position=int(winner[index]))
+
+
+def outputs_kept_when_large(outputs, decided, right_below, code):
+    """At magnitude ~1000, on the rows where the reference's softmax is an argmax in every head
+    (`decided`: one (output, bound, rows) of reference.*_decided per call), each output (one array
+    per call) is the winners' values, as any correct module gives, whatever its order of
+    operations. Judged only when the same calls at the magnitudes reference_match compares are
+    right (right_below()); else `code`: a module that changes large scores (clamps them), or
+    computes its output by another path than its weights (with another, finite, mask fill)."""
+    for got, (wanted, bound, sure) in zip(outputs, decided):
+        tolerance = reference_tolerance(wanted, bound, magnitude=1e3)
+        with np.errstate(invalid="ignore"):
+            bad = sure[..., None] & ~(np.abs(got - wanted) <= tolerance)
+        if bad.any():
+            if not right_below():
+                return
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise PropertyFailure(code, index=list(index), got=round(float(got[index]), 4),
+                                  expected=round(float(wanted[index]), 4))
 
 
 def unless_wrong_at_magnitude_1(check, upstream):

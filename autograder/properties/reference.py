@@ -191,6 +191,26 @@ def multi_head_scores_bounded(params, heads, query, key):
     return scores_bounded(q, eq, k, ek)
 
 
+def self_attention_decided(params, x, mask=None):
+    """SelfAttention where the softmax is an argmax: (output, its float32 bound, rows (B,T) decided).
+    There the output is the winner's value."""
+    (q, eq), (k, ek), (v, ev) = (linear_bounded(x, np.zeros_like(x), params, n) for n in ("W_Q", "W_K", "W_V"))
+    winner, sure = decided(*scores_bounded(q, eq, k, ek), mask)
+    pick = lambda a: np.take_along_axis(a, winner[..., None], -2)  # noqa: E731  (B,T,d_k): the winner's row
+    return pick(v), pick(ev), sure
+
+
+def multi_head_decided(params, heads, query, key, value, mask=None):
+    """MultiHeadAttention where the softmax is an argmax in every head: (output, its float32 bound,
+    rows (B,Tq) where every head's row is decided). There a head's context is its winner's value."""
+    (q, eq), (k, ek), (v, ev) = ((split_heads(t, heads), split_heads(e, heads)) for t, e in (
+        linear_bounded(x, np.zeros_like(x), params, n) for x, n in ((query, "W_Q"), (key, "W_K"), (value, "W_V"))))
+    winner, sure = decided(*scores_bounded(q, eq, k, ek), head_mask(mask))
+    pick = lambda a: np.take_along_axis(a, winner[..., None], -2)  # noqa: E731  (B,h,Tq,hs): the winner's row
+    out, bound = linear_bounded(merge_heads(pick(v)), merge_heads(pick(ev)), params, "W_O")
+    return out, bound, sure.all(axis=1)
+
+
 def causal_decided(params, heads, x):
     """CausalSelfAttention where the softmax is an argmax in every head: (output, its float32 bound,
     rows (B,T) where every head's row is decided). There a head's context is its winner's value."""

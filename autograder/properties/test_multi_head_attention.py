@@ -437,18 +437,23 @@ def test_large_inputs(worker, dims, turn):
                                  reference.head_mask(options.get("mask"))) for big, options in calls]
 
     def right_below():
-        """The same calls at magnitudes ~1 and ~30 give the reference's weights: a module wrong at
-        30 already (scores clamped to ±50, say) is reference_match's to name."""
+        """The same calls at magnitudes ~1 and ~30 give the reference's outputs and weights: a module
+        wrong at 30 already (scores clamped to ±50, say) is reference_match's to name."""
         for factor in (1.0, max(INPUT_SCALES)):
             scaled = [(tuple((t * np.float32(factor / 1e3)).astype(np.float32) for t in big), options) for big, options in calls]
             got = [outputs(reply, dims) for reply in module.runs(*scaled)]
-            if not all(checks.weights_are_the_reference(g[1], reference.multi_head_attention_bounded(
+            if not all(checks.is_the_reference(g, reference.multi_head_attention_bounded(
                     module.params, h, *(t.astype(np.float64) for t in args_i), options.get("mask")))
                     for g, (args_i, options) in zip(got, scaled)):
                 return False
         return True
 
     checks.winners_kept_when_large([weights for _, weights in large], winners, right_below)
+    # Where every head's is, the output is W_O of the winners' values: unless it comes from another
+    # path than the weights (scaled_dot_product_attention with a finite mask fill, say).
+    checks.outputs_kept_when_large([out for out, _ in large], [reference.multi_head_decided(
+        module.params, h, *(t.astype(np.float64) for t in big), options.get("mask")) for big, options in calls],
+        right_below, "large_output_not_from_weights")
 
 
 @graded(CLS, "device")

@@ -257,17 +257,22 @@ def test_large_inputs(worker, dims, turn):
                                  options.get("mask")) for (big,), options in calls]
 
     def right_below():
-        """The same calls at magnitudes ~1 and ~30 give the reference's weights: a module wrong at
-        30 already (scores clamped to ±50, say) is reference_match's to name."""
+        """The same calls at magnitudes ~1 and ~30 give the reference's outputs and weights: a module
+        wrong at 30 already (scores clamped to ±50, say) is reference_match's to name."""
         for factor in (1.0, max(INPUT_SCALES)):
             scaled = [((shrunk(big, factor),), options) for (big,), options in calls]
             got = [outputs(reply, dims) for reply in module.runs(*scaled)]
-            if not all(checks.weights_are_the_reference(g[1], reference.self_attention_bounded(
+            if not all(checks.is_the_reference(g, reference.self_attention_bounded(
                     module.params, x_i.astype(np.float64), options.get("mask"))) for g, ((x_i,), options) in zip(got, scaled)):
                 return False
         return True
 
     checks.winners_kept_when_large([weights for _, weights in large], winners, right_below)
+    # There the output is the winner's value too: unless it comes from another path than the
+    # weights (scaled_dot_product_attention with a finite mask fill, say).
+    checks.outputs_kept_when_large([out for out, _ in large], [reference.self_attention_decided(
+        module.params, big.astype(np.float64), options.get("mask")) for (big,), options in calls],
+        right_below, "large_output_not_from_weights")
 
 
 def shrunk(x, magnitude=1.0):
