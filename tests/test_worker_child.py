@@ -361,3 +361,33 @@ def test_a_perturbed_call_moves_the_parameters_along_the_shared_direction_and_pu
     script.write_text(PERTURBED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["True", "True"], printed.stderr
+
+
+GRAD_OFF = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Probe", {{}}, "probe")
+worker.op_call("probe", "forward", [np.ones((1, 2), np.float32)])  # without grad: fine
+try:
+    worker.op_call("probe", "forward", [np.ones((1, 2), np.float32)], grad=True)
+except child.StudentError as exc:
+    print(exc.payload["kind"])
+"""
+
+
+def test_autograd_turned_off_by_the_import_is_named_not_blamed_on_an_in_place_operation(tmp_path):
+    """torch.set_grad_enabled(False) at a file's top level: its importer can no longer train; the
+    gradient request says so (it once read as an in-place operation on a saved tensor)."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\ntorch.set_grad_enabled(False)\n\nclass Probe(torch.nn.Module):\n"
+                          "    def __init__(self):\n        super().__init__()\n"
+                          "        self.weight = torch.nn.Parameter(torch.ones(2, 2))\n"
+                          "    def forward(self, x):\n        return x @ self.weight\n", encoding="utf-8")
+    script = tmp_path / "grad_off.py"
+    script.write_text(GRAD_OFF.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["grad_disabled"], printed.stderr

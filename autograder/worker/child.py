@@ -277,6 +277,8 @@ class Worker:
             # a sixth of what a call on a small module costs, to set flags already set.
             module.train(train)
         if grad:
+            if not torch.is_grad_enabled():  # turned off for good: by the submission's import, or a call
+                raise StudentError("grad_disabled", "")
             for p in params.values():
                 p.grad = None
         sent = {**{str(i): a for i, a in enumerate(args)}, **(kwargs or {})}
