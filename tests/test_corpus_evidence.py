@@ -671,3 +671,12 @@ def test_a_fused_path_masked_with_minus_1e4_lets_the_future_in_at_large_scores()
     changed[:, -1] = 1e3 * torch.randn(2, 8)
     assert torch.allclose(model(x)[:, :-1], model(changed)[:, :-1])  # the explicit path: causal
     assert not torch.allclose(model(x, fused=True)[:, :-1], model(changed, fused=True)[:, :-1], atol=1e-3)
+
+
+def test_one_dropout_draw_per_query_row_keeps_or_drops_whole_rows():
+    mha = load("mha_dropout_mask_per_query_row").MultiHeadAttention(4, 2, dropout=0.5).train()
+    x = torch.randn(64, 3, 4)
+    dropped = mha(x, x, x)[1] == 0
+    assert torch.all(dropped.all(-1) | (~dropped).all(-1))  # what the file does: whole rows
+    independent = nn.Dropout(0.5)(torch.ones(64, 2, 3, 3)) == 0  # nn.Dropout: element by element
+    assert not torch.all(independent.all(-1) | (~independent).all(-1))

@@ -553,7 +553,7 @@ def _rate_fits(dropped, total, p):
     return abs(dropped - total * p) <= RATE_SIGMAS * math.sqrt(total * p * (1 - p)) + 1
 
 
-def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", "axis_queries")):
+def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", "axis_queries", "axis_keys")):
     """Weights returned in train mode against the same module's weights in eval mode: each one
     either dropped (exactly 0) or divided by (1 - p), with about a fraction p dropped, each drawn
     apart (not one mask for every index of an axis of `axes`, the leading ones)."""
