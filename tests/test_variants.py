@@ -34,8 +34,11 @@ def failed_properties(run):
 
 
 def missing_parameters(outcome, language):
-    """Fields the outcome's message template needs but the outcome does not provide."""
+    """Fields the outcome's message template needs but the outcome does not provide (the line of
+    an exception with no line of the submission on its way is left out of the sentence)."""
     template = feedback.catalog(language)["failures"][outcome.code]
+    if outcome.params.get("line") is None:
+        template = feedback._LINE_PHRASE.sub("", template)
     given = {"cls": outcome.cls, **{k: v for k, v in outcome.params.items() if v is not None}}
     fields = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
     return sorted(fields - set(given))

@@ -386,8 +386,11 @@ def train_gradients_are_the_forwards(module, call, reply, upstream):
     args, options = call
     plain = {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads")}
     seed = int(options.get("seed", 0)) + 104729
-    again, plus, minus = module.runs((args, plain), (args, {**plain, "perturb": {"seed": seed, "step": PERTURB_STEP}}),
-                                     (args, {**plain, "perturb": {"seed": seed, "step": -PERTURB_STEP}}))
+    # the moved calls as the call itself was made (autograd on), before any without it: a module
+    # that keeps something from a call without autograd (a copy of a weight) is reference_match's
+    plus, minus, again = module.runs((args, {**options, "perturb": {"seed": seed, "step": PERTURB_STEP}}),
+                                     (args, {**options, "perturb": {"seed": seed, "step": -PERTURB_STEP}}),
+                                     (args, plain))
     outputs = [r.outputs[0] if r.outputs else None for r in (reply, again, plus, minus)]
     if not all(isinstance(o, np.ndarray) and o.shape == upstream.shape for o in outputs):
         return

@@ -251,7 +251,7 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one position along the sequence instead of their
     result; reload: Remote.reloading's option; in_place (without grad): the worker writes the
     arrays into the tensors the module's previous call got, where their shapes match; perturb
-    ({"seed", "step"}, without grad): the call runs with the parameters moved by step along
+    ({"seed", "step"}): the call runs with the parameters moved by step along
     parameters.direction(seed), then put back."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
