@@ -680,3 +680,10 @@ def test_one_dropout_draw_per_query_row_keeps_or_drops_whole_rows():
     assert torch.all(dropped.all(-1) | (~dropped).all(-1))  # what the file does: whole rows
     independent = nn.Dropout(0.5)(torch.ones(64, 2, 3, 3)) == 0  # nn.Dropout: element by element
     assert not torch.all(independent.all(-1) | (~independent).all(-1))
+
+
+def test_arguments_in_another_order_refuse_the_statements_call_by_position():
+    module = load("mha_init_heads_first")
+    with pytest.raises(ValueError):
+        module.MultiHeadAttention(8, 2)  # the statement's MultiHeadAttention(d_model=8, num_heads=2)
+    assert module.MultiHeadAttention(d_model=8, num_heads=2).d_model == 8  # by name: right

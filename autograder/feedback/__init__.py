@@ -272,6 +272,9 @@ def _call(call, cls, labels):
         if key.endswith("_is"):  # the same tensor as an earlier argument: value=key
             arguments.append(f"{key[:-3]}={value}")
             continue
+        if key == "args" and isinstance(value, str):  # a constructor's arguments by position: 8, 2
+            arguments.append(value)
+            continue
         if key in CALL_MODES or key in CALL_HIDDEN or key.endswith("_dtype"):
             continue
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):

@@ -67,7 +67,8 @@ class Remote:
     one layer after the same draws: the keys alone, say. A contract layer missing from the module
     fails the build (missing_parameters), unless `required` leaves it out: then the others are
     loaded and `missing_layers` names it. then_set ({"submodule.attribute": value}) is set once the
-    module is built and loaded: a dropout's p changed after building, say.
+    module is built and loaded: a dropout's p changed after building, say. positional: the names
+    of kwargs passed by position, in that order (the statement's signature, as users call it).
 
     Every failure raised while a request is out carries a description of the call at fault
     (failures.calling): the request the worker failed on, else the last build or call sent, or the
@@ -75,7 +76,7 @@ class Remote:
     """
 
     def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, then_set=None,
-                 **kwargs):
+                 positional=(), **kwargs):
         self.worker, self.cls = worker, cls
         self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
@@ -87,8 +88,10 @@ class Remote:
         if load_scale is not None:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
-        self._pending_build = ("build", {"cls": cls, "kwargs": kwargs, "handle": self.handle, "load": load,
-                                         "config": BUILD_CONFIG[cls], **({"then_set": then_set} if then_set else {})})
+        by_name = {k: v for k, v in kwargs.items() if k not in positional}
+        self._pending_build = ("build", {"cls": cls, "kwargs": by_name, "handle": self.handle, "load": load,
+                                         "config": BUILD_CONFIG[cls], **({"then_set": then_set} if then_set else {}),
+                                         **({"args": [kwargs[k] for k in positional]} if positional else {})})
         self._description = None
 
     def build(self):
@@ -283,8 +286,10 @@ def describe_call(cls, op, args):
     float32, and always for a mask), or the earlier argument it is (`value_is: "key"`); other
     arguments and switches only when set (not None, False, 0, empty or "cpu"). None for the other
     requests (describe, probe)."""
-    if op == "build":
-        return {"method": "__init__", **{k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}}
+    if op == "build":  # arguments by position shown as values, before the keywords
+        by_position = ", ".join(repr(_plain_value(v)) for v in args.get("args", ()))
+        return {"method": "__init__", **({"args": by_position} if by_position else {}),
+                **{k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}}
     if op != "call":
         return None
     names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, call_failure, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -331,8 +331,15 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code != "dropout_not_applied":
                     raise
                 raise PropertyFailure("weights_not_dropped_at_shape", case=case, **failure.params) from None
-        # Built as MultiHeadAttention(d_model, num_heads): the signature's default, dropout=0.1.
-        default = Remote(worker, CLS, d_model=dims["d_model"], num_heads=dims["h"])
+        # Built as MultiHeadAttention(d_model, num_heads), by position as the signature orders them:
+        # the default, dropout=0.1 (and no other order, such as the Annotated Transformer's).
+        default = Remote(worker, CLS, positional=("d_model", "num_heads"), d_model=dims["d_model"], num_heads=dims["h"])
+        try:
+            default.build()
+        except SubmissionError as error:
+            if not error.raised:
+                raise
+            raise call_failure(error, "built_by_position_failed") from None
         replies, failed = runs_until_failure(default, (args, {}), (args, {"train": True, "seed": seed + 5}))
         if not failed:
             (_, ev), (_, tr) = (outputs(reply, dims) for reply in replies)

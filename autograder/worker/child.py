@@ -175,19 +175,20 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None):
+    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None, args=()):
         """Build the class as `handle` (the grader names it, so that it can send the next request
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
         the parameters the grader chose (parameters.draw) into those layers; with config
         ({"class", "fields"}), pass the constructor one config object (config_object) instead of
         keywords; with then_set ({"submodule.attribute": value}), set those attributes of the
-        built module's submodules that exist, as a user changes a dropout's p after building.
+        built module's submodules that exist, as a user changes a dropout's p after building; with
+        args, those arguments first, by position, as the statement's signature orders them.
         Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
         self._seed(seed)
-        instance = factory(config_object(config, kwargs, self.module)) if config else factory(**kwargs)
+        instance = factory(config_object(config, kwargs, self.module)) if config else factory(*args, **kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
         self.instances[handle] = instance
