@@ -87,6 +87,16 @@ def test_buggy_variant_loses_the_property_of_its_mistake(graded_run, name):
     assert collateral == [], f"{name} lost points in other classes: {collateral}"
 
 
+@pytest.mark.parametrize("name", [*BUGGY, *CORRECT])
+def test_no_corpus_file_meets_an_error_of_the_graders(graded_run, name):
+    """A grader error is the project's bug, whatever the file (a diagnosis once raised TypeError
+    on a call that passed its inputs by name, and the failing property still counted as lost)."""
+    path = buggy_path(name) if name in BUGGY else SUBMISSIONS / "correct" / f"{name}.py"
+    errors = [(cls, prop, o.params.get("error")) for (cls, prop), o in graded_run(path).outcomes.items()
+              if o.code == "grader_error"]
+    assert errors == [], name
+
+
 @pytest.mark.parametrize("name", [name for name in BUGGY if not MANIFEST["buggy"][name].get("loads_nothing")])
 def test_buggy_variant_attends(graded_run, name):
     """A single honest mistake (a wrong scale, a flipped mask, qkv split in the wrong order...) still

@@ -112,7 +112,7 @@ def diagnose(module, prop, calls, returned, expected):
     calls: its (args, options) pairs, as sent; returned: each call's outputs as the worker sent
     them (reply.outputs); expected: for each call, the property's list of (reference, rounding
     bound, magnitude of the inputs, what), in the order of the outputs."""
-    example = [Call(params_of(module, options), module.kwargs, args, options, outputs, wanted)
+    example = [Call(params_of(module, options), module.kwargs, *by_position(module.cls, args, options), outputs, wanted)
                for (args, options), outputs, wanted in zip(calls, returned, expected, strict=True)]
     return _narrowed((module.cls, prop), matching(module.cls, example))
 
@@ -134,10 +134,23 @@ def on_failure(code, exchanges):
             continue  # a module without the grader's parameters: no alternative can be computed
         for (args, options), reply in zip(calls, replies):
             params = params_of(module, options)
+            args, options = by_position(cls, args, options)
             wanted = reference_of(cls, params, module.kwargs, args, options)
             if wanted is not None:
                 example.append(Call(params, module.kwargs, args, options, reply.outputs, wanted))
     return _narrowed(key, matching(cls, example) if example else [])
+
+
+def by_position(cls, args, options):
+    """(args, options) of a call with the inputs it passed by name (mha(query=x, key=x, value=x))
+    moved to their places among args, as the models here take them; the mask stays an option."""
+    from .harness import ARGUMENT_NAMES
+
+    names = [name for name in ARGUMENT_NAMES.get((cls, options.get("method", "forward")), ()) if name != "mask"]
+    named = [name for name in names[len(args):] if name in options]
+    if not named:
+        return args, options
+    return (*args, *(options[name] for name in named)), {k: v for k, v in options.items() if k not in named}
 
 
 def params_of(module, options):
