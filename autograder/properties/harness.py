@@ -444,20 +444,24 @@ def runs_until_failure(module, *calls):
         return None, (index - offset, error)
 
 
-def runs_skipping(module, calls, skippable):
-    """module.runs(*calls) without the calls the submission raised on among those whose index is in
-    `skippable` (a mask form it cannot take is masked_zero's business, not a second loss where only
-    magnitude is judged): (the replies, the indices of the calls they answer). Costs an exchange
-    more only after such a raise; a raise on another call is raised."""
+def runs_skipping(module, calls, skippable, shapes=()):
+    """module.runs(*calls) without the calls, among those whose index is in `skippable`, that the
+    submission raised on or answered with outputs of other shapes than `shapes` (a mask form it
+    cannot take is masked_zero's business, not a second loss where only magnitude is judged):
+    (the replies, the indices of the calls they answer). Costs an exchange more only after such a
+    raise; a raise on another call is raised."""
     kept = list(range(len(calls)))
     while True:
         replies, failed = runs_until_failure(module, *(calls[i] for i in kept))
         if failed is None:
-            return replies, kept
+            break
         index, error = failed
         if kept[index] not in skippable:
             raise error
         del kept[index]
+    fitting = [(i, reply) for i, reply in zip(kept, replies)
+               if i not in skippable or all(reply.shape(j) == list(shape) for j, shape in enumerate(shapes))]
+    return [reply for _, reply in fitting], [i for i, _ in fitting]
 
 
 def call_failure(error, code, message=None, **params):

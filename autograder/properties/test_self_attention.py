@@ -246,7 +246,8 @@ def test_large_inputs(worker, dims, turn):
     # rows_sum_to_one's mistake, not a matter of magnitude.
     masks = masks_of_every_dtype(rng, mask_shapes(dims), turn)
     calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask}) for mask in masks)]
-    replies, kept = runs_skipping(module, calls, range(1, len(calls)))  # a mask form it cannot take: masked_zero's
+    B, T = dims["B"], dims["T"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
+    replies, kept = runs_skipping(module, calls, range(1, len(calls)), [(B, T, d_k_of(dims)), (B, T, T)])
     calls, masks = [calls[i] for i in kept], [masks[i - 1] for i in kept[1:]]
     small = [((shrunk(big),), options) for (big,), options in calls]
     large = [outputs(reply, dims) for reply in replies]
