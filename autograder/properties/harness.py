@@ -69,6 +69,9 @@ class Remote:
     loaded and `missing_layers` names it. then_set ({"submodule.attribute": value}) is set once the
     module is built and loaded: a dropout's p changed after building, say. positional: the names
     of kwargs passed by position, in that order (the statement's signature, as users call it).
+    unseeded: built without seeding the generators first, from whatever the requests before left.
+    defaulted: config fields left out of the config object, so that they take the submission's
+    own config class's defaults (a field its class lacks then fails the build).
 
     Every failure raised while a request is out carries a description of the call at fault
     (failures.calling): the request the worker failed on, else the last build or call sent, or the
@@ -76,7 +79,7 @@ class Remote:
     """
 
     def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, then_set=None,
-                 positional=(), **kwargs):
+                 positional=(), unseeded=False, defaulted=(), **kwargs):
         self.worker, self.cls = worker, cls
         self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
@@ -89,9 +92,12 @@ class Remote:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
         by_name = {k: v for k, v in kwargs.items() if k not in positional}
+        config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], "fields": {k: v for k, v in BUILD_CONFIG[cls]["fields"].items()
+                                                                        if k not in defaulted}}
         self._pending_build = ("build", {"cls": cls, "kwargs": by_name, "handle": self.handle, "load": load,
-                                         "config": BUILD_CONFIG[cls], **({"then_set": then_set} if then_set else {}),
-                                         **({"args": [kwargs[k] for k in positional]} if positional else {})})
+                                         "config": config, **({"then_set": then_set} if then_set else {}),
+                                         **({"args": [kwargs[k] for k in positional]} if positional else {}),
+                                         **({"seed": None} if unseeded else {})})
         self._description = None
 
     def build(self):
@@ -196,6 +202,11 @@ class Remote:
     def linear_bias(self):
         return self._describe("linear_bias")
 
+    @property
+    def dropout_p(self):
+        """Each nn.Dropout layer of the module (by its dotted name) and its p."""
+        return self._describe("dropout_p")
+
     def run(self, *args, **options):
         reply, = self.runs((args, options))
         return reply
@@ -244,7 +255,7 @@ class Remote:
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
-          in_place=False, perturb=None, **kwargs):
+          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -255,14 +266,18 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     result; reload: Remote.reloading's option; in_place (without grad): the worker writes the
     arrays into the tensors the module's previous call got, where their shapes match; perturb
     ({"seed", "step"}): the call runs with the parameters moved by step along
-    parameters.direction(seed), then put back."""
+    parameters.direction(seed), then put back; backward_from (with grad): the output backward runs
+    from (1: the weights a forward returns); moved_for_good (with a device): the module itself
+    moves there for good, not a copy; inference (without grad): the call runs under
+    torch.inference_mode()."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
-            "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb}
+            "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
+            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference}
 
 
 _handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered

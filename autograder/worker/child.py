@@ -182,12 +182,14 @@ class Worker:
         ({"class", "fields"}), pass the constructor one config object (config_object) instead of
         keywords; with then_set ({"submodule.attribute": value}), set those attributes of the
         built module's submodules that exist, as a user changes a dropout's p after building; with
-        args, those arguments first, by position, as the statement's signature orders them.
-        Returns the parameters' shapes."""
+        args, those arguments first, by position, as the statement's signature orders them; with
+        seed None, the generators go on from the request before (what a constructor that raised
+        left drawn). Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
-        self._seed(seed)
+        if seed is not None:
+            self._seed(seed)
         instance = factory(config_object(config, kwargs, self.module)) if config else factory(*args, **kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
@@ -216,8 +218,8 @@ class Worker:
         return shapes
 
     def op_describe(self, handle):
-        """What only some checks read: buffers (with their values), the state_dict's keys, and
-        which nn.Linear layers have a bias."""
+        """What only some checks read: buffers (with their values), the state_dict's keys, which
+        nn.Linear layers have a bias, and the p of each nn.Dropout layer."""
         module = self.instances[handle]
         params, named_buffers, transient, modules = members(module)
         persistent = {*params, *(name for name in named_buffers if name not in transient)}
@@ -237,16 +239,20 @@ class Worker:
             for name, sub in modules.items()
             if isinstance(sub, self.torch.nn.Linear)
         }
-        return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias}
+        dropout_p = {name: float(sub.p) for name, sub in modules.items()
+                     if isinstance(sub, self.torch.nn.Dropout) and isinstance(sub.p, (int, float))}
+        return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias,
+                "dropout_p": dropout_p}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                rolled=(), in_place=False, perturb=None):
+                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
-        (_noncontiguous). grad: backward from output 0 with `upstream` as its gradient (an array
-        of output 0's shape; default torch.randn from `seed`), returning every parameter's
+        (_noncontiguous). grad: backward from output `backward_from` (0: the output; 1: the weights
+        a forward returns) with `upstream` as its gradient (an array of that output's shape; default
+        torch.randn from `seed`), returning every parameter's
         gradient; and those of the floating-point inputs named in input_grads (each reaches the
         method as a copy of a leaf, so that the method may still change it in place). The reply names the
         inputs (a positional one by its index, as a string; a keyword one by its name) that the
@@ -259,7 +265,11 @@ class Worker:
         or address then sees other values. perturb={"seed", "step"}: the call runs with
         every parameter moved by step along parameters.direction(seed), then put back exactly: the
         grader's central difference of the train-mode forward, under one dropout draw (with grad, as the
-        call it is compared with is made: a module may take another path without autograd)."""
+        call it is compared with is made: a module may take another path without autograd).
+        On another device than the CPU, the call runs on a copy moved there; moved_for_good: on the
+        module itself, moved with .to(device) and left there, as a user moves a model they tried
+        (what is keyed by the module's identity, an lru_cache on a method, stays valid).
+        inference (without grad): under torch.inference_mode(), as a validation pass runs."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -267,12 +277,13 @@ class Worker:
         if perturb is not None:
             with self._perturbed(module, perturb):
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
-                                    upstream, input_grads, None, rolled, in_place)
+                                    upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
+                                    inference)
         if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
         if device != "cpu":
-            module = copy.deepcopy(module).to(device)
+            module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
         params, _, _, submodules = members(module)
         if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
@@ -304,7 +315,8 @@ class Worker:
         # forward through the module's call, as a user's code calls it: its hooks run (a forward
         # pre-hook that converts the mask is part of the module); other methods directly
         called = module if method == "forward" else getattr(module, method)
-        with torch.set_grad_enabled(grad), self._tracing(traced, rolled):
+        autograd = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+        with autograd, self._tracing(traced, rolled):
             result = called(*args, **kwargs)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
@@ -318,7 +330,7 @@ class Worker:
         self.last_outputs[handle] = [(v, a.copy()) for v, a in zip(outputs, returned)  # as sent: same dtype
                                      if isinstance(a, np.ndarray) and str(v.dtype) == "torch." + wire.DTYPE_NAMES[a.dtype]]
         if grad:
-            self._backward(outputs[0], seed, upstream)
+            self._backward(outputs[backward_from], seed, upstream)  # past the outputs: IndexError, an exception
             reply["grads"] = {
                 name: None if p.grad is None else self._to_numpy(p.grad)
                 for name, p in params.items()

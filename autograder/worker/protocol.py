@@ -9,7 +9,8 @@ which would be reported as the grading machine's fault.
   ready     {"classes": [str]}                       after importing the submission
   build     {"params": {name: shape}}                the module's parameters
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
-             "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool}}
+             "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
+             "dropout_p": {name: float} (each nn.Dropout layer's p)}
   call      {"outputs": [array | {"meta_shape": shape}], "traced": {name: int} (calls of the
              torch.nn.functional functions the request named in `trace`),
              "grads": {name: array | None} (with grad=True),
@@ -71,6 +72,7 @@ def _describe(reply, request):
     _names(reply.get("buffers"), _buffer)
     _require(isinstance(reply.get("state_dict"), list) and all(isinstance(k, str) for k in reply["state_dict"]))
     _names(reply.get("linear_bias"), lambda v: type(v) is bool)
+    _names(reply.get("dropout_p"), lambda v: type(v) is float)
 
 
 def _call(reply, request):
