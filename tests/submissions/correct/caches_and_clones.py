@@ -1,7 +1,8 @@
 """Correct submission that keeps harmless state and uses in-place operations only on its own
 tensors: a cache of causal masks per length and device (each built from the inputs' length, never
-from an earlier call's), clones of the inputs before changing them in place, masks turned into
-booleans with != 0 and torch.where (must keep full marks)."""
+from an earlier call's, and never under torch.inference_mode(), whose tensors autograd cannot save
+later), clones of the inputs before changing them in place, masks turned into booleans with != 0
+and torch.where (must keep full marks)."""
 import math
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ class CausalSelfAttention(nn.Module):
         self._forbidden = {}  # (T, device) -> where the future is, built once per length
 
     def _future(self, T, device):
+        if torch.is_inference_mode_enabled():  # an inference tensor kept would break training later
+            return ~self.mask[:, :, :T, :T]
         key = (T, str(device))
         if key not in self._forbidden:
             self._forbidden[key] = ~self.mask[:, :, :T, :T]
