@@ -358,3 +358,61 @@ def test_an_eval_call_made_twice_under_two_seeds_tells_random_outputs(random):
     is only wrong gives the same wrong outputs, and keeps its own failure."""
     call = ((np.zeros(3),), {"seed": 0, "reload": {"seed": 1}})
     assert checks.changes_when_repeated(Seeded(random), call, 0, lambda i, reply: [reply]) is random
+
+
+# ---- dropout masks shared along an axis, and the causal mask read off the output ----------------
+
+@pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
+def test_a_mask_drawn_per_entry_is_never_called_shared_along_any_axis(p):
+    rng = np.random.default_rng(int(p * 100))
+    for _ in range(200):
+        dropped = rng.random((16, 2, 4, 4)) < p
+        live = np.broadcast_to(np.tril(np.ones((4, 4), bool)), dropped.shape)
+        for axis in range(4):
+            checks.not_shared_along(dropped, live, axis, "axis_heads", p, "weights")
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3])
+def test_one_mask_for_every_index_of_an_axis_is_called_shared(axis):
+    rng = np.random.default_rng(axis)
+    shape = [16, 2, 4, 4]
+    shape[axis] = 1
+    dropped = np.broadcast_to(rng.random(shape) < 0.5, (16, 2, 4, 4))
+    live = np.broadcast_to(np.tril(np.ones((4, 4), bool)), dropped.shape)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_shared_along(dropped, live, axis, "axis_keys", 0.5, "weights")
+    assert failure.value.code == "dropout_mask_shared"
+
+
+def test_too_few_live_positions_to_tell_are_not_judged():
+    dropped = np.zeros((2, 1, 2, 2), bool)  # alike everywhere, but a per-entry draw does that often here
+    checks.not_shared_along(dropped, np.ones_like(dropped), 0, "axis_batch", 0.5, "weights")
+
+
+def causal_module(rng, heads, width):
+    """Parameters of a CausalSelfAttention (float64) and a function running it in train mode with a
+    given attention dropout mask D (B, h, T, T) and resid_drop off."""
+    params = {"qkv.weight": rng.normal(size=(3 * width, width)) / np.sqrt(width), "qkv.bias": rng.normal(size=3 * width) * 0.1,
+              "proj.weight": rng.normal(size=(width, width)) / np.sqrt(width), "proj.bias": rng.normal(size=width) * 0.1}
+
+    def trained(x, kept, p):
+        weights, v = reference.causal_attention(params, heads, x)
+        context = ((weights * kept) / (1 - p)) @ v
+        merged = context.transpose(0, 2, 1, 3).reshape(x.shape)
+        return (merged @ params["proj.weight"].T + params["proj.bias"]).astype(np.float32).astype(np.float64)
+
+    return params, trained
+
+
+@pytest.mark.parametrize("heads, per_head, p", [(1, 1, 0.5), (2, 3, 0.25), (4, 2, 0.75), (3, 4, 0.5)])
+def test_the_causal_dropout_mask_comes_back_from_the_output_or_not_at_all(heads, per_head, p):
+    rng = np.random.default_rng(heads * 10 + per_head)
+    width, B, T = heads * per_head, 32, 5
+    params, trained = causal_module(rng, heads, width)
+    x = rng.normal(size=(B, T, width))
+    kept = (rng.random((B, heads, T, T)) >= p).astype(np.float64)
+    found = checks.causal_weights_dropped(params, heads, x, p, trained(x, kept, p))
+    known = ~np.isnan(found)
+    assert np.array_equal(found[known], kept[known])  # never a wrong bit
+    lower = np.broadcast_to(np.tril(np.ones((T, T), bool)), known.shape)
+    assert known[lower].mean() > 0.8 and not known[~lower].any()  # most rows told apart, nothing above them

@@ -687,3 +687,139 @@ def test_arguments_in_another_order_refuse_the_statements_call_by_position():
     with pytest.raises(ValueError):
         module.MultiHeadAttention(8, 2)  # the statement's MultiHeadAttention(d_model=8, num_heads=2)
     assert module.MultiHeadAttention(d_model=8, num_heads=2).d_model == 8  # by name: right
+
+
+def kept_weights(module, B, T, heads):
+    """CausalSelfAttention's attention dropout mask (B, heads, T, T), read off its train-mode
+    output in float64 with resid_drop off: queries and keys zero (uniform weights 1/(t+1)), values
+    and proj the identity, x[b, s] = 2^s in every channel, so that row t of head h is
+    Σ_s kept[s]·2^s / ((t+1)(1-p)): the kept keys in binary."""
+    C = heads
+    with torch.no_grad():
+        module.qkv.weight.zero_()
+        module.qkv.weight[2 * C:].copy_(torch.eye(C))
+        module.qkv.bias.zero_()
+        module.proj.weight.copy_(torch.eye(C))
+        module.proj.bias.zero_()
+        x = (2.0 ** torch.arange(T)).view(1, T, 1).expand(B, T, C).contiguous()
+        p = module.attn_drop.p
+        y = module(x) * (torch.arange(T) + 1.0).view(1, T, 1) * (1 - p)  # (B, T, heads): the binary rows
+    bits = torch.round(y).long().transpose(1, 2).unsqueeze(-1) >> torch.arange(T)  # (B, heads, T, T)
+    return (bits & 1).bool() & torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def reference_solution():
+    spec = importlib.util.spec_from_file_location("evidence_solution", BUGGY.parents[2] / "solutions" / "attention.py")
+    solution = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solution)
+    return solution
+
+
+def test_the_binary_readout_gives_back_the_reference_solutions_dropout_mask():
+    solution = reference_solution()
+    causal = solution.CausalSelfAttention(solution.Cfg(n_embd=2, n_head=2, block_size=4, dropout=0.0))
+    causal.attn_drop.p = 0.5
+    drawn = []
+    causal.attn_drop.register_forward_hook(lambda layer, inputs, out: drawn.append(out != 0))
+    kept = kept_weights(causal.double().train(), 64, 4, 2)
+    assert torch.equal(kept, drawn[0])  # the instrument reads what nn.Dropout drew, weight by weight
+
+
+@pytest.mark.parametrize("name, axis", [("causal_attn_dropout_shared_across_heads", 1),
+                                        ("causal_attn_dropout_shared_across_queries", 2),
+                                        ("causal_attn_dropout_whole_query_rows", 3)])
+def test_attention_dropout_of_a_tensor_of_ones_keeps_one_mask_along_an_axis(name, axis):
+    module = load(name)
+    B, T, heads = 64, 4, 2
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=heads, n_head=heads, block_size=T, dropout=0.0))
+    causal.attn_drop.p = 0.5
+    kept = kept_weights(causal.double().train(), B, T, heads)
+    live = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, heads, T, T)
+    first = kept.narrow(axis, 0, 1)
+    both = live & live.narrow(axis, 0, 1)  # what the file does: the same draw along the axis
+    assert torch.equal(kept[both], first.expand_as(kept)[both])
+    independent = nn.Dropout(0.5)(torch.ones(B, heads, T, T)) != 0  # nn.Dropout on the weights: a draw each
+    assert not torch.equal(independent[both], independent.narrow(axis, 0, 1).expand_as(independent)[both])
+
+
+def test_a_persistent_buffer_besides_the_parameters_refuses_the_statements_checkpoint():
+    module = load("causal_extra_persistent_buffer")
+    statement = load("causal_dropout_mask_shared_by_batch")  # the statement's __init__ (its mistake is in forward)
+    cfg = dict(n_embd=4, n_head=2, block_size=4, dropout=0.0)
+    checkpoint = statement.CausalSelfAttention(statement.Cfg(**cfg)).state_dict()
+    assert set(checkpoint) == {"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"}
+    with pytest.raises(RuntimeError, match="bias"):
+        module.CausalSelfAttention(module.Cfg(**cfg)).load_state_dict(checkpoint)
+
+
+def test_a_constructor_that_raises_after_its_layers_has_drawn_from_the_generator():
+    module = load("mha_divisibility_checked_after_layers")
+    torch.manual_seed(0)
+    with pytest.raises(ValueError):
+        module.MultiHeadAttention(7, 2)
+    after = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    assert not torch.equal(after, torch.random.get_rng_state())  # the statement's check-first draws nothing
+
+
+def test_a_probability_stored_for_f_dropout_leaves_no_dropout_layer_to_set():
+    mha = load("mha_dropout_functional_with_stored_p").MultiHeadAttention(8, 2, dropout=0.3)
+    assert not any(isinstance(layer, nn.Dropout) for layer in mha.modules())  # the statement's self.dropout
+    with pytest.raises(AttributeError):
+        mha.dropout.p = 0.0  # how a user turns dropout off in a model already built
+
+
+def test_query_and_key_layers_at_zero_get_no_gradient_at_the_modules_own_initial_values():
+    module = load("sa_query_key_initialised_to_zero")
+    sa = module.SelfAttention(4)
+    x = torch.randn(2, 3, 4)
+    sa(x)[0].square().sum().backward()
+    assert not sa.W_Q.weight.grad.any() and not sa.W_K.weight.grad.any()
+    statement = nn.Linear(4, 4, bias=False)  # nn.Linear's default initialisation, as the statement keeps it
+    q, k, v = statement(x), nn.Linear(4, 4, bias=False)(x), x
+    attention(q, k, v)[0].square().sum().backward()
+    assert statement.weight.grad.any()
+
+
+@pytest.mark.parametrize("name, build", [("sa_weights_returned_detached", lambda m: m.SelfAttention(4)),
+                                         ("mha_weights_returned_detached", lambda m: m.MultiHeadAttention(4, 2, 0.0))])
+def test_weights_returned_detached_carry_no_gradient(name, build):
+    module = build(load(name))
+    x = torch.randn(2, 3, 4)
+    weights = module(x) if name.startswith("sa") else module(x, x, x)
+    assert not weights[1].requires_grad  # a loss on them cannot reach W_Q or W_K
+    _, reference = attention(module.W_Q(x), module.W_K(x), x)
+    assert reference.requires_grad
+
+
+def test_a_cfg_defaulting_to_dropout_drops_in_training_what_the_statements_keeps():
+    module = load("causal_cfg_default_dropout_changed")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=4, n_head=2, block_size=4)).train()
+    x = torch.randn(8, 4, 4)
+    assert not torch.equal(causal(x), causal.eval()(x))  # the statement's Cfg (dropout=0.0): the same
+
+
+def test_a_mask_cached_by_lru_cache_stays_on_the_old_device_after_the_module_moves():
+    module = load("causal_mask_slice_lru_cached")
+    causal = module.CausalSelfAttention(config(module)).eval()
+    causal(torch.randn(1, 3, 8))
+    causal.to("meta")  # the module itself, as a user moves a model they tried
+    with pytest.raises(RuntimeError, match="device"):
+        causal(torch.randn(1, 3, 8, device="meta"))
+    solution = reference_solution()  # the statement's module: the mask cropped in every call
+    statement = solution.CausalSelfAttention(config(solution)).eval()
+    statement(torch.randn(1, 3, 8))
+    statement.to("meta")
+    assert statement(torch.randn(1, 3, 8, device="meta")).shape == (1, 3, 8)
+
+
+def test_a_mask_cached_under_inference_mode_breaks_training_afterwards():
+    module = load("causal_mask_cached_under_inference_mode")
+    causal = module.CausalSelfAttention(config(module))
+    x = torch.randn(2, 3, 8)
+    with torch.inference_mode():
+        causal(x)
+    with pytest.raises(RuntimeError, match="Inference tensors"):
+        causal(x).sum().backward()
+    fresh = module.CausalSelfAttention(config(module))
+    fresh(x).sum().backward()  # without the inference-mode call first, the same training step runs

@@ -160,6 +160,8 @@ class CausalSelfAttention(nn.Module):
         #   - Usa self.register_buffer("mask", ..., persistent=False): así la máscara
         #     viaja con el módulo al hacer .to(device), pero no es un parámetro
         #     entrenable ni se guarda en el state_dict.
+        #   - El state_dict guarda solo los parámetros de qkv y proj: cualquier otro
+        #     buffer que registres, también con persistent=False.
         raise NotImplementedError("Falta implementar CausalSelfAttention.__init__")
 
     def forward(self, x, fused=False):

@@ -250,6 +250,53 @@ def gradients_reach_every_parameter(reply, biased=True):
     require(not zero, "zero_gradient", names=zero)
 
 
+def trains_from_its_own_start(module, call, biased=True):
+    """The module as a user starts with it: built with its own initial parameters (not values the
+    grader loaded), evaluated once under torch.inference_mode() (a check before training), then
+    `call` (with grad, in eval). That call runs: a tensor forward kept from the first one is an
+    inference tensor, which autograd cannot save (grad_after_inference_mode). And every parameter
+    gets a nonzero gradient, or training could not start: two layers set to zero (W_Q and W_K:
+    every score is 0, so neither gets a gradient) never learn, while with any values the grader
+    loads they look right. A first call that fails under inference_mode is not judged here; nor
+    are gradients that are not finite, or missing: the loaded module's to name."""
+    from .harness import runs_until_failure
+
+    args, options = call
+    replies, failed = runs_until_failure(module, (args, {**options, "grad": False, "inference": True}), call)
+    if failed and failed[0] == 1:
+        error = failed[1]
+        where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
+        raise PropertyFailure("grad_after_inference_mode", error=error.message, **where)
+    if failed:
+        replies, failed = runs_until_failure(module, call)
+        if failed:
+            return
+    try:
+        gradients_reach_every_parameter(replies[-1], biased)
+    except PropertyFailure as failure:
+        if failure.code == "zero_gradient":
+            raise PropertyFailure("initial_gradients_zero", names=failure.params["names"]) from None
+
+
+def weights_carry_gradients(module, call, names):
+    """The weights a forward returns (output 1) lead back to the layers that make them (`names`):
+    a loss on them (an entropy regulariser, supervised attention) trains those layers. Weights
+    returned detached (weights.detach(), .data, through numpy) get no gradient: backward from them
+    raises, or leaves those layers' gradients zero. Judged where the call itself runs and returns
+    weights (call: one whose output gradients were judged already)."""
+    from .harness import runs_until_failure
+
+    args, options = call
+    replies, failed = runs_until_failure(module, (args, {**options, "grad": True, "backward_from": 1,
+                                                         "upstream": None, "input_grads": []}))
+    if failed:
+        require(not (failed[1].message or "").startswith("backward(): "), "weights_detached", names=names)
+        return
+    grads = replies[0].grads
+    cut = [name for name in names if grads.get(name) is None or not np.any(grads[name])]
+    require(not cut, "weights_detached", names=cut)
+
+
 DROPOUT_REDRAWS = 2
 
 
@@ -583,24 +630,28 @@ def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", 
     dropout_rate(int(dropped.sum()), total, p, "weights")
 
 
-# Positions where two indexes of an axis can disagree (both live) that a mask drawn per element
-# must make disagree somewhere: each agrees with probability p² + (1-p)² <= 5/8 for the rates of
-# strategies.dropout_rates, so that 64 of them all agree with probability < 1e-13.
+# first_token_not_shared's floor: positions where two batch rows can disagree, each agreeing with
+# probability <= 5/8 for the rates of strategies.dropout_rates, so that 64 of them all agree with
+# probability < 1e-13.
 SHARED_MASK_POSITIONS = 64
+
+# not_shared_along judges an axis only where a mask drawn per entry looks shared along it with
+# probability below this (dropout_rate's band is left with about 2e-9).
+SHARED_MASK_CHANCE = 1e-9
 
 
 def not_shared_along(dropped, live, axis, name, p, what):
-    """dropped (where dropout zeroed an entry) differs between the indexes of `axis` somewhere both
-    are live: one mask for every index of it (torch.rand_like(weights[:1]), a mask drawn for one
-    head or one query) drops the same positions in each, and far fewer draws than p says."""
-    size = dropped.shape[axis]
-    if size < 2:
-        return
-    first, first_live = np.take(dropped, [0], axis=axis), np.take(live, [0], axis=axis)
-    both = live & first_live
-    if int(both.sum()) - int(first_live.sum()) < SHARED_MASK_POSITIONS:
+    """dropped (where dropout zeroed an entry) varies along `axis` somewhere: one mask for every
+    index of it (torch.rand_like(weights[:1]), dropout of torch.ones(B, 1, T, T)) leaves each line
+    along the axis all dropped or all kept on its live entries. A mask drawn per entry does that
+    with probability Π p^k + (1-p)^k over the lines (k live entries each): judged only where that
+    is below SHARED_MASK_CHANCE, so a correct dropout fails with no more than that."""
+    k = live.sum(axis=axis)
+    chance = np.where(k >= 2, p ** k + (1 - p) ** k, 1.0)
+    if np.log(chance).sum() > math.log(SHARED_MASK_CHANCE):
         return  # too few positions to tell
-    require(np.any((dropped != first) & both), "dropout_mask_shared", p=p, axis=name, size=size, what=what)
+    varies = (dropped & live).any(axis=axis) & ~(dropped | ~live).all(axis=axis)
+    require(varies.any(), "dropout_mask_shared", p=p, axis=name, size=dropped.shape[axis], what=what)
 
 
 def dropped_entrywise(trained, evaluated, p):
@@ -745,6 +796,37 @@ def causal_dropout(params, heads, x, p, trained, path):
     return first_token
 
 
+# causal_weights_dropped recovers rows t < RECOVERED_ROWS: 2^(t+1) subsets of keys per head.
+RECOVERED_ROWS = 6
+
+
+def causal_weights_dropped(params, heads, x, p, trained):
+    """The attention dropout mask D (B,h,t,s) behind CausalSelfAttention's train-mode output
+    `trained` for input x, from a module whose resid_drop is off (p = 0), on rows t <
+    RECOVERED_ROWS: 1 where weight (t, s) of head h was kept, 0 where it was dropped, NaN where
+    that cannot be told. proj's weight is invertible (drawn from a continuous distribution), so
+    each head's context row ctx[b,h,t] = Σ_s D[s]·A[t,s]·v[s] / (1 - p) comes back from the
+    output; D[b,h,t] is the one subset of keys that gives it, within float32 rounding (relative
+    1e-5 of the row, through proj's inverse). A row no subset explains, or two explain alike
+    (keys whose values nearly coincide), is NaN: other checks name dropout in the wrong place."""
+    B, T, C = x.shape
+    weights, v = reference.causal_attention(params, heads, x)
+    inverse = np.linalg.inv(params["proj.weight"])
+    bias = params.get("proj.bias", np.zeros(C))
+    ctx = ((trained - bias) @ inverse.T).reshape(B, T, heads, C // heads).transpose(0, 2, 1, 3)
+    tolerance = 1e-5 * np.linalg.norm(inverse, 2) * np.linalg.norm(trained, axis=-1) + 1e-7  # (B, T)
+    kept = np.full((B, heads, T, T), np.nan)
+    for t in range(min(T, RECOVERED_ROWS)):
+        subsets = ((np.arange(2 ** (t + 1))[:, None] >> np.arange(t + 1)) & 1).astype(np.float64)
+        terms = weights[:, :, t, :t + 1, None] * v[:, :, :t + 1] / (1.0 - p)  # (B, h, t+1, hs)
+        miss = np.abs(np.einsum("ns,bhsd->bhnd", subsets, terms) - ctx[:, :, t, None]).max(axis=-1)
+        order = np.sort(miss, axis=-1)
+        alone = (order[..., 0] <= tolerance[:, None, t]) & (order[..., 1] > 10 * tolerance[:, None, t])
+        best = subsets[miss.argmin(axis=-1)]  # (B, h, t+1)
+        kept[:, :, t, :t + 1] = np.where(alone[..., None], best, np.nan)
+    return kept
+
+
 def dropout_acts_at_shape(evaluated, trained, p, path, case):
     """CausalSelfAttention at a shape apart from the usual ones (B=1, T=1: `case`), one path whose
     dropout was found right at those: in train mode resid_drop zeroes some entries of the output,
@@ -792,7 +874,11 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
     require(finite.any(), "output_nan_upstream", count=int((~np.isfinite(trained)).sum()))
     zero = (trained == 0) & finite[..., None]
     require(zero.any(), "resid_dropout_missing", p=p, path=path)
-    not_shared_along(zero, np.broadcast_to(finite[..., None], zero.shape), 0, "axis_batch", p, "output")
+    live = np.broadcast_to(finite[..., None], zero.shape)
+    not_shared_along(zero, live, 0, "axis_batch", p, "output")
+    if biased:  # R's zeros alone: drawn entry by entry, so not alike along time or a token's channels either
+        not_shared_along(zero, live, 1, "axis_time", p, "output")
+        not_shared_along(zero, live, 2, "axis_channels", p, "output")
     B, T, C = trained.shape
     q = np.zeros(T) if biased else p ** (heads * (np.arange(T) + 1.0))
     mean_row = C * (q + (1 - q) * p)
@@ -827,6 +913,17 @@ def taken(call, masked):
     return reply
 
 
+def kept_past_a_move(module, call, device):
+    """module (never called) runs `call` (args, options) on the CPU, is moved itself to device
+    (module.to(device), no copy) and runs it there: the SubmissionError of that last call, or None.
+    A CPU call that fails is other properties' to name."""
+    from .harness import runs_until_failure
+
+    args, options = call
+    _, failed = runs_until_failure(module, (args, options), (args, {**options, "device": device, "moved_for_good": True}))
+    return failed[1] if failed and failed[0] == 1 else None
+
+
 def ran_once_on_cpu(call):
     """Run call(), the module's first call, on the CPU, for what it leaves in the module (a model is
     tried before it is moved). An exception there is the business of the properties that make
@@ -834,7 +931,7 @@ def ran_once_on_cpu(call):
     attempted(call)
 
 
-def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None):
+def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None, moved=None):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it.
 
     The meta device has no data, so code that reads values (an `if torch.all(mask ...)` check,
@@ -853,6 +950,9 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     fresh: the same call on a module never called (attempt's has run on the CPU first, see
     ran_once_on_cpu); made only after a device error, which it turns into device_kept_from_call
     when the never-called module runs: forward kept a tensor in self that .to() does not move.
+    moved: kept_past_a_move's SubmissionError for this device, or None; asked only where attempt
+    ran on the device, so that its error is one of state kept by the module's identity (attempt's
+    module is a copy: an lru_cache keyed by the module misses there), device_kept_from_call too.
     """
     from ..worker.submission_errors import SubmissionError
 
@@ -878,6 +978,10 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
 
     reply = judged(attempt)
     if reply is not None:
+        kept = moved and moved(device)
+        if kept:
+            where = {"line": kept.line, **({"cell": kept.cell} if kept.cell is not None else {})}
+            raise PropertyFailure("device_kept_from_call", device=device, error=kept.message, **where)
         return reply
     # Where a fallback ran on meta, devices are judged: the call failing on the CPU too is then a
     # mistake of what the fallback left out (a mask shape), the business of the property about it.

@@ -5,8 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, expect_close, require
-from .harness import INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, one_row, runs_until_failure
+from .harness import BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, one_row, runs_until_failure
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
 
@@ -92,6 +93,11 @@ def test_mask_buffer(worker, dims):
             expected=[1, 1, bs, bs], got=buffer["shape"])
     require(buffer["dtype"] == "bool", "mask_dtype", got=buffer["dtype"])
     require(not buffer["persistent"] and "mask" not in module.state_dict, "mask_persistent")
+    # The state_dict holds the parameters alone (the statement): a checkpoint of the statement's
+    # module loads into this one with strict=True, and this one's into the statement's. Another
+    # persistent buffer (nanoGPT's "bias", a registered scale) breaks that both ways.
+    extra = sorted(set(module.state_dict) - set(module.param_shapes))
+    require(not extra, "state_dict_extra", names=extra)
     values = buffer["values"]
     require(isinstance(values, np.ndarray) and values.shape == (1, 1, bs, bs)
             and np.array_equal(values[0, 0], np.tril(np.ones((bs, bs), bool))), "mask_not_lower_triangular")
@@ -305,6 +311,34 @@ def test_train_dropout(worker, dims, seed, p):
         zeroed = int(((trained == 0) & (evaluated != 0)).sum())
         require(not zeroed or "proj.bias" not in module.params, "attn_drop_on_output", path=f"fused={fused}",
                 p=p, count=zeroed)
+        # One draw per weight, as nn.Dropout on the whole (B, h, T, T) weights makes: not one mask
+        # for every head, every query row or every key of a row (dropout of torch.ones(B, 1, T, T)),
+        # told from the weights each head kept (resid_drop is off here; see causal_weights_dropped).
+        # With one channel per head, dropout on v drops key s for every query, and dropout on the
+        # context y row t for every key, exactly: misplaced, not shared (causal_dropout's to name
+        # where a head has more channels), so only the heads axis is judged there.
+        kept = checks.causal_weights_dropped(module.params, dims["n_head"], x[:rows["B"]].astype(np.float64), p,
+                                             trained)
+        live = ~np.isnan(kept)
+        axes = ((1, "axis_heads"), (2, "axis_queries"), (3, "axis_keys"))
+        for axis, name in axes if dims["n_embd"] > dims["n_head"] else axes[:1]:
+            checks.not_shared_along(live & (kept == 0), live, axis, name, p, "attention_weights")
+    # Cfg(n_embd, n_head, block_size), without dropout: the statement's default, dropout=0.0, so
+    # that training drops nothing. Judged where the submission's own Cfg takes the other fields by
+    # name and has a default for dropout (else the build fails, and the grader's Cfg is used
+    # everywhere else).
+    default = Remote(worker, CLS, defaulted=("dropout",), n_embd=dims["n_embd"], n_head=dims["n_head"],
+                     block_size=dims["block_size"])
+    try:
+        replies, failed = runs_until_failure(default, ((x,), {}), ((x,), {"train": True, "seed": seed}))
+    except SubmissionError as error:
+        if not error.raised:
+            raise
+        return
+    if not failed:
+        evaluated, trained = (output(reply, dims) for reply in replies)
+        require(np.array_equal(evaluated, trained, equal_nan=True), "cfg_default_dropout_not_the_statements",
+                default=BUILD_CONFIG[CLS]["fields"]["dropout"])
 
 
 @graded(CLS, "gradients")
@@ -357,6 +391,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
             checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
 
     checks.gradients_in_calls(module, calls, checked)
+    checks.trains_from_its_own_start(build(worker, dims), ((x,), {"grad": True}))  # the module as it builds itself
 
 
 @graded(CLS, "large_inputs")
@@ -454,7 +489,9 @@ def test_device(worker, dims, fused):
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=train), "meta", shapes,
                               cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(x, fused=fused, device=device, train=train))
+                              .run(x, fused=fused, device=device, train=train),
+                              moved=None if train else lambda device: checks.kept_past_a_move(
+                                  loaded(worker, dims, dropout=0.2)[0], ((x,), {"fused": fused}), device))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)

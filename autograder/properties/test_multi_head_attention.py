@@ -97,11 +97,34 @@ def test_divisibility_error(worker, heads, per_head, offset):
         Remote(worker, CLS, d_model=d_model, num_heads=heads).build()
     except SubmissionError as exc:
         if {"AssertionError", "ValueError"} & set(exc.exc_types):  # a subclass of either is one too
+            raised_before_layers(worker, d_model, heads, per_head)
             return
         if not exc.raised:
             raise
         raise PropertyFailure("divisibility_wrong_error", got=exc.exc_type, d_model=d_model, h=heads) from None
     raise PropertyFailure("divisibility_no_error", d_model=d_model, h=heads)
+
+
+def raised_before_layers(worker, d_model, heads, per_head):
+    """Right after MultiHeadAttention(d_model, heads) raised: the statement checks divisibility
+    first, before creating any layer, so that constructor drew nothing from torch's generator. A
+    module built next without a new seed then starts where a seeded build starts, and computes
+    what one does; a layer made before the raise drew its initial values, and the next module's
+    differ. Judged only where two seeded builds agree (an initialisation that is reproducible at
+    all) and the module runs (a forward that fails is other properties' business)."""
+    dims = {"d_model": heads * per_head, "num_heads": heads, "dropout": 0.0}
+    x = gaussian(np.random.default_rng(d_model), 1, 2, dims["d_model"])
+    try:
+        after, seeded, again = (Remote(worker, CLS, unseeded=unseeded, **dims).run(x, x, x).output(0, x.shape, "output")
+                                for unseeded in (True, False, False))
+    except SubmissionError as error:
+        if not error.raised:
+            raise
+        return
+    except PropertyFailure:
+        return
+    if np.array_equal(seeded, again, equal_nan=True):
+        require(np.array_equal(after, seeded, equal_nan=True), "divisibility_after_layers", d_model=d_model, h=heads)
 
 
 @graded(CLS, "split_heads")
@@ -349,6 +372,10 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code not in ("dropout_not_applied", "dropout_wrong_rate", "dropout_ignores_p"):
                     raise  # a mistake of the dropout itself (its factor, say), seen at this rate first
                 raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
+        # The layer the statement names: self.dropout, an nn.Dropout of the constructor's p (what
+        # a user reads or sets to turn dropout off in a model already built).
+        require(module.dropout_p.get("dropout") == p, "dropout_layer_missing", p=p,
+                found=", ".join(f"{name} (p={value})" for name, value in module.dropout_p.items()) or "no_layers")
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
@@ -418,6 +445,9 @@ def test_gradients(worker, dims, p, seed, data):
                 checks.no_gradient_where_blocked(reply.input_grads.get(key), blocked, what, row)
 
     checks.gradients_in_calls(module, calls, checked)
+    # The weights returned lead back to W_Q and W_K; and the module as it builds itself can train.
+    checks.weights_carry_gradients(module, calls[0], ["W_Q.weight", "W_K.weight"])
+    checks.trains_from_its_own_start(build(worker, dims, 0.0), (args, {"grad": True}), biased=False)
 
 
 @graded(CLS, "large_inputs")
@@ -478,7 +508,9 @@ def test_device(worker, dims):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
                               fallbacks=[lambda device: module.run(*args, device=device, train=train)],
                               cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(*args, mask=mask, device=device, train=train))
+                              .run(*args, mask=mask, device=device, train=train),
+                              moved=None if train else lambda device: checks.kept_past_a_move(
+                                  loaded(worker, dims, dropout=0.2)[0], (args, {"mask": mask}), device))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
