@@ -223,23 +223,27 @@ class Lying(Honest):
 
 
 honest = Honest()
-params, buffers, transient, modules = child.members(honest)
+params, buffers, transient, modules, persistent = child.members(honest)
 print("params", list(params) == [n for n, _ in honest.named_parameters()])
 print("buffers", list(buffers) == [n for n, _ in honest.named_buffers()])
-print("modules", list(modules) == [n for n, _ in honest.named_modules()])
-print("persistent", sorted({{*params, *buffers}} - transient) == sorted(set(honest.state_dict()) - {{"tied.weight", "tied.bias"}}))
+print("modules", list(modules) == [n for n, _ in honest.named_modules(remove_duplicate=False)])
+print("persistent", sorted(set(persistent)) == sorted(honest.state_dict()))
+chosen = child.members(honest, ("tied",))[0]
+print("preferred", "tied.weight" in chosen and "inner.0.weight" not in chosen and len(chosen) == len(params))
 print("lying", [list(part) for part in child.members(Lying())[:2]] == [list(params), list(buffers)])
 """
 
 
 def test_the_worker_reads_a_modules_members_as_nn_module_keeps_them(tmp_path):
-    """Names and order as nn.Module's own methods give them; a submission overriding those methods
-    (to hide a parameter without a gradient, say) hides nothing from the worker."""
+    """Names and order as nn.Module's own methods give them (a shared layer under every name; its
+    parameters once, under a contract layer's name where one is), the state_dict's keys; a
+    submission overriding those methods (to hide a parameter without a gradient, say) hides
+    nothing from the worker."""
     script = tmp_path / "members.py"
     script.write_text(MEMBERS.format(child_dir=str(CHILD_DIR)), encoding="utf-8")
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["params", "True", "buffers", "True", "modules", "True", "persistent", "True",
-                                      "lying", "True"], printed.stderr
+                                      "preferred", "True", "lying", "True"], printed.stderr
 
 
 IN_PLACE = r"""

@@ -54,39 +54,56 @@ def config_object(config, kwargs, module):
 _config_classes = {}
 
 
-def members(module):
-    """(parameters, buffers, non-persistent buffer names, submodules) of `module` and everything
-    under it, each {dotted name: object}, in the order and with the names nn.Module's own
-    named_parameters, named_buffers and named_modules give (pre-order, a shared object under its
-    first name). Read from the dictionaries nn.Module keeps them in, not through those methods: a
-    submission that overrides named_parameters (say, to hide a parameter without a gradient)
-    changes what its code sees, not what the grader reads."""
-    params, buffers, transient, modules = {}, {}, set(), {}
-    seen = set()
+# Names members() records at most: a module shared along many paths (the same layer in nested
+# lists) has exponentially many; past this, a module already seen is not walked again.
+MAX_NAMES = 4096
 
-    def visit(prefix, current):
-        if id(current) in seen:
-            return
-        seen.add(id(current))
+
+def members(module, preferred=()):
+    """(parameters, buffers, non-persistent buffer names, submodules, persistent names) of `module`, everything
+    under it, each {dotted name: object}, in nn.Module's pre-order. A parameter or buffer shared
+    by several paths (a layer registered as `self.projections[0]`, then `self.W_Q` too) appears
+    once, under its name in a `preferred` layer (the contract's, which the grader looks up), else
+    under its first name (named_parameters'); a submodule appears under every name, so that the grader
+    finds `self.dropout` however it was made. The persistent names are all of them, as
+    state_dict has them. Read from the dictionaries nn.Module keeps them in, not through its
+    methods: a submission that overrides named_parameters (to hide a parameter without a
+    gradient, say) changes what its code sees, not what the grader reads."""
+    found = {"param": {}, "buffer": {}}  # id -> [object, [names]], in the order first met
+    transient, modules, persistent = set(), {}, []
+    walked = set()
+
+    def visit(prefix, current, above):
         modules[prefix] = current
+        if id(current) in above or (id(current) in walked and len(modules) > MAX_NAMES):
+            return
+        walked.add(id(current))
         own = object.__getattribute__(current, "__dict__")
         dotted = prefix + "." if prefix else ""
-        for name, value in own.get("_parameters", {}).items():
-            if value is not None and id(value) not in seen:
-                seen.add(id(value))
-                params[dotted + name] = value
-        for name, value in own.get("_buffers", {}).items():
-            if value is not None and id(value) not in seen:
-                seen.add(id(value))
-                buffers[dotted + name] = value
-                if name in own.get("_non_persistent_buffers_set", ()):
-                    transient.add(dotted + name)
+        skipped = own.get("_non_persistent_buffers_set", ())
+        for kind, table in (("param", "_parameters"), ("buffer", "_buffers")):
+            for name, value in own.get(table, {}).items():
+                if value is not None:
+                    found[kind].setdefault(id(value), [value, []])[1].append(dotted + name)
+                    if kind == "buffer" and name in skipped:
+                        transient.add(id(value))
+                    else:
+                        persistent.append(dotted + name)
         for name, child in own.get("_modules", {}).items():
             if child is not None:
-                visit(dotted + name, child)
+                visit(dotted + name, child, above | {id(current)})
 
-    visit("", module)
-    return params, buffers, transient, modules
+    def named(kind):
+        """{chosen name: object}: a name in a preferred layer, else the first met."""
+        chosen = {}
+        for value, names in found[kind].values():
+            chosen[next((n for n in names if n.split(".", 1)[0] in preferred), names[0])] = value
+        return chosen
+
+    visit("", module, frozenset())
+    buffers = named("buffer")
+    return (named("param"), buffers, {n for n, b in buffers.items() if id(b) in transient}, modules,
+            persistent)
 
 
 class StudentError(Exception):
@@ -162,6 +179,7 @@ class Worker:
         self.path = os.path.abspath(submission_path)
         self.module = None
         self.instances = {}
+        self.layers = {}  # handle -> the contract layers, whose names a shared parameter takes (members)
         self.last_inputs = {}  # handle -> the tensors its latest call got (op_call's in_place)
         self.last_outputs = {}  # handle -> (tensor, its values as returned) of its latest call's outputs
         deferred.install()  # after torch: the modules it stands in for are torch's own imports
@@ -175,7 +193,7 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None, args=()):
+    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None, args=(), layers=()):
         """Build the class as `handle` (the grader names it, so that it can send the next request
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
         the parameters the grader chose (parameters.draw) into those layers; with config
@@ -184,7 +202,8 @@ class Worker:
         built module's submodules that exist, as a user changes a dropout's p after building; with
         args, those arguments first, by position, as the statement's signature orders them; with
         seed None, the generators go on from the request before (what a constructor that raised
-        left drawn). Returns the parameters' shapes."""
+        left drawn). layers: the contract's, under whose names a shared parameter is reported.
+        Returns the parameters' shapes."""
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -194,7 +213,8 @@ class Worker:
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
         self.instances[handle] = instance
-        shapes = self._load(instance, load)
+        self.layers[handle] = tuple(layers)
+        shapes = self._load(handle, instance, load)
         submodules = members(instance)[3] if then_set else {}
         for dotted, value in (then_set or {}).items():
             path, _, attribute = dotted.rpartition(".")
@@ -202,11 +222,11 @@ class Worker:
                 setattr(submodules[path], attribute, value)
         return {"params": shapes}
 
-    def _load(self, module, load):
+    def _load(self, handle, module, load):
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
         layers, in place, as an optimizer step changes them; with load None, none. Returns every
         parameter's shape."""
-        own = members(module)[0]
+        own = members(module, self.layers[handle])[0]
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
@@ -221,8 +241,7 @@ class Worker:
         """What only some checks read: buffers (with their values), the state_dict's keys, which
         nn.Linear layers have a bias, and the p of each nn.Dropout layer."""
         module = self.instances[handle]
-        params, named_buffers, transient, modules = members(module)
-        persistent = {*params, *(name for name in named_buffers if name not in transient)}
+        _, named_buffers, transient, modules, persistent = members(module, self.layers[handle])
         buffers = {
             name: {
                 "shape": list(b.shape),
@@ -241,7 +260,7 @@ class Worker:
         }
         dropout_p = {name: float(sub.p) for name, sub in modules.items()
                      if isinstance(sub, self.torch.nn.Dropout) and isinstance(sub.p, (int, float))}
-        return {"buffers": buffers, "state_dict": sorted(persistent), "linear_bias": linear_bias,
+        return {"buffers": buffers, "state_dict": sorted(set(persistent)), "linear_bias": linear_bias,
                 "dropout_p": dropout_p}
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
@@ -273,9 +292,9 @@ class Worker:
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
-            self._load(module, reload)
+            self._load(handle, module, reload)
         if perturb is not None:
-            with self._perturbed(module, perturb):
+            with self._perturbed(module, perturb, self.layers[handle]):
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
                                     inference)
@@ -284,7 +303,7 @@ class Worker:
             torch.backends.cudnn.allow_tf32 = False
         if device != "cpu":
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
-        params, _, _, submodules = members(module)
+        params, _, _, submodules, _ = members(module, self.layers[handle])
         if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
             # a sixth of what a call on a small module costs, to set flags already set.
@@ -341,10 +360,10 @@ class Worker:
         return reply
 
     @contextlib.contextmanager
-    def _perturbed(self, module, perturb):
+    def _perturbed(self, module, perturb, layers):
         """The module's parameters moved by perturb["step"] along parameters.direction(perturb["seed"])
         (through .data, as _load writes), and put back exactly afterwards."""
-        own = members(module)[0]
+        own = members(module, layers)[0]
         moves = parameters.direction(perturb["seed"], {name: list(p.shape) for name, p in own.items()})
         saved = {name: p.detach().clone() for name, p in own.items()}
         with self.torch.no_grad():
