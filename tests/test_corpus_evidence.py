@@ -823,3 +823,31 @@ def test_a_mask_cached_under_inference_mode_breaks_training_afterwards():
         causal(x).sum().backward()
     fresh = module.CausalSelfAttention(config(module))
     fresh(x).sum().backward()  # without the inference-mode call first, the same training step runs
+
+
+def test_an_output_dropout_with_a_stored_probability_ignores_resid_drop_set_later():
+    module = load("causal_resid_dropout_probability_stored")
+    causal = module.CausalSelfAttention(config(module)).train()
+    causal.resid_drop.p = 0.5  # as the statement's user turns it on in a module already built
+    x = torch.randn(8, 4, 8)
+    assert torch.allclose(causal(x), causal.eval()(x))  # nothing dropped: the stored 0.0 is used
+
+
+def test_one_dropout_object_for_both_layers_drops_the_output_when_attn_drop_is_set():
+    module = load("causal_dropout_layers_one_object")
+    causal = module.CausalSelfAttention(config(module))
+    causal.attn_drop.p = 0.5
+    assert causal.resid_drop.p == 0.5  # the statement's two layers: resid_drop's p stays 0.0
+
+
+def test_an_identity_for_dropout_zero_never_drops_once_its_p_is_set():
+    mha = load("mha_dropout_identity_when_zero").MultiHeadAttention(8, 2, dropout=0.0).train()
+    mha.dropout.p = 0.5  # on the statement's nn.Dropout(0.0), dropout from now on
+    x = torch.randn(4, 6, 8)
+    assert torch.equal(mha(x, x, x)[1], multi_head(mha, x, x, x)[1].to(torch.get_default_dtype()))
+
+
+def test_a_bare_value_error_says_nothing():
+    with pytest.raises(ValueError) as raised:
+        load("mha_divisibility_error_without_message").MultiHeadAttention(7, 2)
+    assert str(raised.value) == ""

@@ -95,6 +95,7 @@ class Remote:
         config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], "fields": {k: v for k, v in BUILD_CONFIG[cls]["fields"].items()
                                                                         if k not in defaulted}}
         self._pending_build = ("build", {"cls": cls, "kwargs": by_name, "handle": self.handle, "load": load,
+                                         "layers": list(self.layers),
                                          "config": config, **({"then_set": then_set} if then_set else {}),
                                          **({"args": [kwargs[k] for k in positional]} if positional else {}),
                                          **({"seed": None} if unseeded else {})})

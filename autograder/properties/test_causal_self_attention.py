@@ -300,6 +300,8 @@ def test_train_dropout(worker, dims, seed, p):
     rows = {**dims, "B": -(-64 // dims["n_head"])}
     example(**rows, dropout=p)  # what a failure below is about: these rows, this module
     later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"attn_drop.p": p})
+    # Two layers (the statement): setting attn_drop's p leaves resid_drop's at 0.
+    require(not clean or later.dropout_p.get("resid_drop") != p, "dropout_layers_shared", p=p)
     for fused in clean:
         evaluated, trained = (output(reply, rows) for reply in later.runs(
             *(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed}) for train in (False, True))))
@@ -323,6 +325,14 @@ def test_train_dropout(worker, dims, seed, p):
         axes = ((1, "axis_heads"), (2, "axis_queries"), (3, "axis_keys"))
         for axis, name in axes if dims["n_embd"] > dims["n_head"] else axes[:1]:
             checks.not_shared_along(live & (kept == 0), live, axis, name, p, "attention_weights")
+    # resid_drop's p is read when forward runs too: the same module with only resid_drop.p set
+    # afterwards zeroes entries of the output (proj's bias makes them nonzero otherwise: at least
+    # 128 entries, all kept with probability < 1e-15).
+    if clean and "proj.bias" in module.params:
+        resid_later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"resid_drop.p": p})
+        evaluated, trained = (output(reply, rows) for reply in resid_later.runs(
+            *(((x[:rows["B"]],), {"fused": clean[0], "train": train, "seed": seed}) for train in (False, True))))
+        require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={clean[0]}", p=p)
     # Cfg(n_embd, n_head, block_size), without dropout: the statement's default, dropout=0.0, so
     # that training drops nothing. Judged where the submission's own Cfg takes the other fields by
     # name and has a default for dropout (else the build fails, and the grader's Cfg is used
