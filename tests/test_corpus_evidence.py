@@ -851,3 +851,10 @@ def test_a_bare_value_error_says_nothing():
     with pytest.raises(ValueError) as raised:
         load("mha_divisibility_error_without_message").MultiHeadAttention(7, 2)
     assert str(raised.value) == ""
+
+
+def test_a_cfg_defaulting_to_a_shorter_block_refuses_the_statements_sixteen_tokens():
+    module = load("causal_cfg_default_block_size_changed")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=2))
+    with pytest.raises(RuntimeError):
+        causal(torch.randn(1, 16, 8))  # Cfg(n_embd, n_head) of the statement: block_size=16

@@ -333,22 +333,26 @@ def test_train_dropout(worker, dims, seed, p):
         evaluated, trained = (output(reply, rows) for reply in resid_later.runs(
             *(((x[:rows["B"]],), {"fused": clean[0], "train": train, "seed": seed}) for train in (False, True))))
         require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={clean[0]}", p=p)
-    # Cfg(n_embd, n_head, block_size), without dropout: the statement's default, dropout=0.0, so
-    # that training drops nothing. Judged where the submission's own Cfg takes the other fields by
-    # name and has a default for dropout (else the build fails, and the grader's Cfg is used
-    # everywhere else).
-    default = Remote(worker, CLS, defaulted=("dropout",), n_embd=dims["n_embd"], n_head=dims["n_head"],
-                     block_size=dims["block_size"])
+    # Cfg(n_embd, n_head), without block_size and dropout: the statement's defaults, a mask of
+    # block_size 16 and dropout=0.0, so that training drops nothing. Judged where the submission's
+    # own Cfg takes the other fields by name and has defaults for these (else the build fails, and
+    # the grader's Cfg is used everywhere else), and registers its mask (else mask_buffer's).
+    fields = BUILD_CONFIG[CLS]["fields"]
+    default = Remote(worker, CLS, defaulted=("dropout", "block_size"), n_embd=dims["n_embd"], n_head=dims["n_head"])
     try:
         replies, failed = runs_until_failure(default, ((x,), {}), ((x,), {"train": True, "seed": seed}))
     except SubmissionError as error:
         if not error.raised:
             raise
         return
+    mask = default.buffers.get("mask")
+    if mask is not None and len(mask["shape"]) == 4:
+        require(mask["shape"][-1] == fields["block_size"], "cfg_default_not_the_statements", field="block_size",
+                default=fields["block_size"], got=mask["shape"][-1])
     if not failed:
         evaluated, trained = (output(reply, dims) for reply in replies)
         require(np.array_equal(evaluated, trained, equal_nan=True), "cfg_default_dropout_not_the_statements",
-                default=BUILD_CONFIG[CLS]["fields"]["dropout"])
+                default=fields["dropout"])
 
 
 @graded(CLS, "gradients")
