@@ -338,15 +338,18 @@ def test_train_dropout(worker, dims, seed, p):
     # own Cfg takes the other fields by name and has defaults for these (else the build fails, and
     # the grader's Cfg is used everywhere else), and registers its mask (else mask_buffer's).
     fields = BUILD_CONFIG[CLS]["fields"]
+    # The mask is read as built, before any call, and only where the module given block_size
+    # registers one of that size (a mask of another shape is mask_buffer's).
     default = Remote(worker, CLS, defaulted=("dropout", "block_size"), n_embd=dims["n_embd"], n_head=dims["n_head"])
     try:
+        mask = default.buffers.get("mask")
         replies, failed = runs_until_failure(default, ((x,), {}), ((x,), {"train": True, "seed": seed}))
     except SubmissionError as error:
         if not error.raised:
             raise
         return
-    mask = default.buffers.get("mask")
-    if mask is not None and len(mask["shape"]) == 4:
+    given = another(worker, dims, load_seed=parameter_seed(dims)).buffers.get("mask")
+    if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         require(mask["shape"][-1] == fields["block_size"], "cfg_default_not_the_statements", field="block_size",
                 default=fields["block_size"], got=mask["shape"][-1])
     if not failed:
