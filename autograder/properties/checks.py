@@ -250,51 +250,49 @@ def gradients_reach_every_parameter(reply, biased=True):
     require(not zero, "zero_gradient", names=zero)
 
 
-def trains_from_its_own_start(module, call, biased=True):
-    """The module as a user starts with it: built with its own initial parameters (not values the
-    grader loaded), evaluated once under torch.inference_mode() (a check before training), then
-    `call` (with grad, in eval). That call runs: a tensor forward kept from the first one is an
-    inference tensor, which autograd cannot save (grad_after_inference_mode). And every parameter
-    gets a nonzero gradient, or training could not start: two layers set to zero (W_Q and W_K:
-    every score is 0, so neither gets a gradient) never learn, while with any values the grader
-    loads they look right. A first call that fails under inference_mode is not judged here; nor
-    are gradients that are not finite, or missing: the loaded module's to name."""
+def trains_from_its_own_start(fresh, args, weights=(), biased=True):
+    """The module as a user starts with it (fresh(): one built with its own initial parameters,
+    not values the grader loaded), evaluated once under torch.inference_mode() (a check before
+    training), then run on `args` with autograd in eval, backward from its weights (output 1)
+    where `weights` names the layers that make them, else from its output.
+    - That call runs: a tensor forward kept from the first call is an inference tensor, which
+      autograd cannot save (grad_after_inference_mode; confirmed on a second fresh module, where
+      the same call alone runs).
+    - The weights lead back to `weights` (W_Q, W_K): a loss on them (an entropy regulariser,
+      supervised attention) trains those layers; weights returned detached (.detach(), .data,
+      through numpy) make backward raise or reach nothing (weights_detached).
+    - Gradients are not all zero (initial_gradients_zero): W_Q and W_K set to zero make every
+      score 0, and neither gets a gradient, while with any values the grader loads they look
+      right. From the output (no weights): every parameter, as gradients_reach_every_parameter.
+    Anything else (a call that fails for another reason, gradients not finite) is the loaded
+    module's to name, in the property's other checks."""
     from .harness import runs_until_failure
 
-    args, options = call
-    replies, failed = runs_until_failure(module, (args, {**options, "grad": False, "inference": True}), call)
-    if failed and failed[0] == 1:
-        error = failed[1]
-        where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
-        raise PropertyFailure("grad_after_inference_mode", error=error.message, **where)
+    graded = (args, {"grad": True, **({"backward_from": 1} if weights else {})})
+    replies, failed = runs_until_failure(fresh(), (args, {"inference": True}), graded)
     if failed:
-        replies, failed = runs_until_failure(module, call)
-        if failed:
+        if failed[0] == 0:
             return
-    try:
-        gradients_reach_every_parameter(replies[-1], biased)
-    except PropertyFailure as failure:
-        if failure.code == "zero_gradient":
-            raise PropertyFailure("initial_gradients_zero", names=failure.params["names"]) from None
-
-
-def weights_carry_gradients(module, call, names):
-    """The weights a forward returns (output 1) lead back to the layers that make them (`names`):
-    a loss on them (an entropy regulariser, supervised attention) trains those layers. Weights
-    returned detached (weights.detach(), .data, through numpy) get no gradient: backward from them
-    raises, or leaves those layers' gradients zero. Judged where the call itself runs and returns
-    weights (call: one whose output gradients were judged already)."""
-    from .harness import runs_until_failure
-
-    args, options = call
-    replies, failed = runs_until_failure(module, (args, {**options, "grad": True, "backward_from": 1,
-                                                         "upstream": None, "input_grads": []}))
-    if failed:
-        require(not (failed[1].message or "").startswith("backward(): "), "weights_detached", names=names)
+        alone, error = runs_until_failure(fresh(), graded)
+        if error is None:
+            first = failed[1]
+            where = {"line": first.line, **({"cell": first.cell} if first.cell is not None else {})}
+            raise PropertyFailure("grad_after_inference_mode", error=first.message, **where)
+        require(not (weights and (error[1].message or "").startswith("backward(): ")), "weights_detached",
+                names=list(weights))
         return
-    grads = replies[0].grads
-    cut = [name for name in names if grads.get(name) is None or not np.any(grads[name])]
+    grads = replies[-1].grads
+    if not weights:
+        try:
+            gradients_reach_every_parameter(replies[-1], biased)
+        except PropertyFailure as failure:
+            if failure.code == "zero_gradient":
+                raise PropertyFailure("initial_gradients_zero", names=failure.params["names"]) from None
+        return
+    cut = [name for name in weights if grads.get(name) is None]
     require(not cut, "weights_detached", names=cut)
+    zero = [name for name in weights if np.isfinite(grads[name]).all() and not np.any(grads[name])]
+    require(not zero, "initial_gradients_zero", names=zero)
 
 
 DROPOUT_REDRAWS = 2
@@ -913,15 +911,17 @@ def taken(call, masked):
     return reply
 
 
-def kept_past_a_move(module, call, device):
-    """module (never called) runs `call` (args, options) on the CPU, is moved itself to device
-    (module.to(device), no copy) and runs it there: the SubmissionError of that last call, or None.
-    A CPU call that fails is other properties' to name."""
-    from .harness import runs_until_failure
-
+def runs_after_moving(module, call, device):
+    """module, which has run on the CPU and whose copies ran on `device` (runs_on_device), moved
+    itself there (module.to(device), no copy: the caller's last use of it) runs `call` (args,
+    options) there too: what it keeps by its own identity (an lru_cache on a method, which a copy
+    misses) moved with it. An error that is not about devices, or one the meta device's lack of
+    data explains, is runs_on_device's to judge, as there."""
     args, options = call
-    _, failed = runs_until_failure(module, (args, options), (args, {**options, "device": device, "moved_for_good": True}))
-    return failed[1] if failed and failed[0] == 1 else None
+    _, error = attempted(lambda: module.run(*args, **{**options, "device": device, "moved_for_good": True}))
+    if error is not None and about_devices(error.message) and not (device == "meta" and meta_limitation(error.message)):
+        where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
+        raise PropertyFailure("device_kept_from_call", device=device, error=error.message, **where)
 
 
 def ran_once_on_cpu(call):
@@ -931,7 +931,7 @@ def ran_once_on_cpu(call):
     attempted(call)
 
 
-def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None, moved=None):
+def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_is_mine=True, fresh=None):
     """Run forward with module and inputs on `device`; a tensor made elsewhere fails it.
 
     The meta device has no data, so code that reads values (an `if torch.all(mask ...)` check,
@@ -950,9 +950,6 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     fresh: the same call on a module never called (attempt's has run on the CPU first, see
     ran_once_on_cpu); made only after a device error, which it turns into device_kept_from_call
     when the never-called module runs: forward kept a tensor in self that .to() does not move.
-    moved: kept_past_a_move's SubmissionError for this device, or None; asked only where attempt
-    ran on the device, so that its error is one of state kept by the module's identity (attempt's
-    module is a copy: an lru_cache keyed by the module misses there), device_kept_from_call too.
     """
     from ..worker.submission_errors import SubmissionError
 
@@ -978,10 +975,6 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
 
     reply = judged(attempt)
     if reply is not None:
-        kept = moved and moved(device)
-        if kept:
-            where = {"line": kept.line, **({"cell": kept.cell} if kept.cell is not None else {})}
-            raise PropertyFailure("device_kept_from_call", device=device, error=kept.message, **where)
         return reply
     # Where a fallback ran on meta, devices are judged: the call failing on the CPU too is then a
     # mistake of what the fallback left out (a mask shape), the business of the property about it.

@@ -334,28 +334,27 @@ def test_train_dropout(worker, dims, seed, p):
             *(((x[:rows["B"]],), {"fused": clean[0], "train": train, "seed": seed}) for train in (False, True))))
         require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={clean[0]}", p=p)
     # Cfg(n_embd, n_head), without block_size and dropout: the statement's defaults, a mask of
-    # block_size 16 and dropout=0.0, so that training drops nothing. Judged where the submission's
-    # own Cfg takes the other fields by name and has defaults for these (else the build fails, and
-    # the grader's Cfg is used everywhere else), and registers its mask (else mask_buffer's).
+    # block_size 16 and dropout layers of p 0.0, read from the module as built. Judged where the
+    # submission's own Cfg takes the other fields by name and has defaults for these (else the
+    # build fails, and the grader's Cfg is used everywhere else), and where the module built
+    # with block_size (later) registers a mask of that size and dropout layers of the p it was
+    # given (else mask_buffer's, or the checks above).
     fields = BUILD_CONFIG[CLS]["fields"]
-    # The mask is read as built, before any call, and only where the module given block_size
-    # registers one of that size (a mask of another shape is mask_buffer's).
     default = Remote(worker, CLS, defaulted=("dropout", "block_size"), n_embd=dims["n_embd"], n_head=dims["n_head"])
     try:
-        mask = default.buffers.get("mask")
-        replies, failed = runs_until_failure(default, ((x,), {}), ((x,), {"train": True, "seed": seed}))
+        mask, layers = default.buffers.get("mask"), default.dropout_p
     except SubmissionError as error:
         if not error.raised:
             raise
         return
-    given = another(worker, dims, load_seed=parameter_seed(dims)).buffers.get("mask")
+    given = later.buffers.get("mask")
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         require(mask["shape"][-1] == fields["block_size"], "cfg_default_not_the_statements", field="block_size",
                 default=fields["block_size"], got=mask["shape"][-1])
-    if not failed:
-        evaluated, trained = (output(reply, dims) for reply in replies)
-        require(np.array_equal(evaluated, trained, equal_nan=True), "cfg_default_dropout_not_the_statements",
-                default=fields["dropout"])
+    for name in ("attn_drop", "resid_drop"):
+        if later.dropout_p.get(name) == (p if name == "attn_drop" else 0.0) and name in layers:
+            require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",
+                    default=fields["dropout"], got=layers[name])
 
 
 @graded(CLS, "gradients")
@@ -408,7 +407,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
             checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
 
     checks.gradients_in_calls(module, calls, checked)
-    checks.trains_from_its_own_start(build(worker, dims), ((x,), {"grad": True}))  # the module as it builds itself
+    checks.trains_from_its_own_start(lambda: build(worker, dims), (x,))  # the module as it builds itself
 
 
 @graded(CLS, "large_inputs")
@@ -506,14 +505,13 @@ def test_device(worker, dims, fused):
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=train), "meta", shapes,
                               cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(x, fused=fused, device=device, train=train),
-                              moved=None if train else lambda device: checks.kept_past_a_move(
-                                  loaded(worker, dims, dropout=0.2)[0], ((x,), {"fused": fused}), device))
+                              .run(x, fused=fused, device=device, train=train))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)
         expect_close(output(reply, dims), expected(module.params, dims, x), "reference_mismatch",
                      what="output_cuda", masked=True)
+    checks.runs_after_moving(module, ((x,), {"fused": fused}), "meta")  # last: the module itself stays there
 
 
 @graded(CLS, "attends")

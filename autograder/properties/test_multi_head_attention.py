@@ -454,9 +454,8 @@ def test_gradients(worker, dims, p, seed, data):
                 checks.no_gradient_where_blocked(reply.input_grads.get(key), blocked, what, row)
 
     checks.gradients_in_calls(module, calls, checked)
-    # The weights returned lead back to W_Q and W_K; and the module as it builds itself can train.
-    checks.weights_carry_gradients(module, calls[0], ["W_Q.weight", "W_K.weight"])
-    checks.trains_from_its_own_start(build(worker, dims, 0.0), (args, {"grad": True}), biased=False)
+    # The module as it builds itself can train, from the weights it returns too.
+    checks.trains_from_its_own_start(lambda: build(worker, dims, 0.0), args, weights=("W_Q.weight", "W_K.weight"))
 
 
 @graded(CLS, "large_inputs")
@@ -517,14 +516,13 @@ def test_device(worker, dims):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
                               fallbacks=[lambda device: module.run(*args, device=device, train=train)],
                               cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(*args, mask=mask, device=device, train=train),
-                              moved=None if train else lambda device: checks.kept_past_a_move(
-                                  loaded(worker, dims, dropout=0.2)[0], (args, {"mask": mask}), device))
+                              .run(*args, mask=mask, device=device, train=train))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)
         expected = reference.multi_head_attention(module.params, h, *(t.astype(np.float64) for t in args), mask)[0]
         expect_close(outputs(reply, dims)[0], expected, "reference_mismatch", what="output_cuda", masked=True)
+    checks.runs_after_moving(module, (args, {"mask": mask}), "meta")  # last: the module itself stays there
 
 
 @graded(CLS, "attends")

@@ -232,9 +232,8 @@ def test_gradients(worker, dims, data):
             checks.no_gradient_where_blocked(reply.input_grads.get("0"), blocked, "x", row)
 
     checks.gradients_in_calls(module, calls, checked)
-    # The weights returned lead back to W_Q and W_K; and the module as it builds itself can train.
-    checks.weights_carry_gradients(module, calls[0], ["W_Q.weight", "W_K.weight"])
-    checks.trains_from_its_own_start(build(worker, dims), ((x,), {"grad": True}), biased=False)
+    # The module as it builds itself can train, from the weights it returns too.
+    checks.trains_from_its_own_start(lambda: build(worker, dims), (x,), weights=("W_Q.weight", "W_K.weight"))
 
 
 @graded(CLS, "large_inputs")
@@ -295,12 +294,12 @@ def test_device(worker, dims):
     checks.ran_once_on_cpu(lambda: module.run(x, mask=mask))
     checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "meta", shapes,
                           fallbacks=[lambda device: module.run(x, device=device)],
-                          fresh=lambda device: loaded(worker, dims)[0].run(x, mask=mask, device=device),
-                          moved=lambda device: checks.kept_past_a_move(loaded(worker, dims)[0], ((x,), {"mask": mask}), device))
+                          fresh=lambda device: loaded(worker, dims)[0].run(x, mask=mask, device=device))
     if worker.sees_cuda(CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
         expect_close(outputs(reply, dims)[0], reference.self_attention(module.params, x.astype(np.float64), mask)[0],
                      "reference_mismatch", what="output_cuda", masked=True)
+    checks.runs_after_moving(module, ((x,), {"mask": mask}), "meta")  # last: the module itself stays there
 
 
 @graded(CLS, "attends")
