@@ -266,18 +266,16 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True):
       right. From the output (no weights): every parameter, as gradients_reach_every_parameter.
     Anything else (a call that fails for another reason, gradients not finite) is the loaded
     module's to name, in the property's other checks."""
-    from .harness import runs_until_failure
+    from .harness import call_failure, runs_until_failure
 
     graded = (args, {"grad": True, **({"backward_from": 1} if weights else {})})
     replies, failed = runs_until_failure(fresh(), (args, {"inference": True}), graded)
     if failed:
         if failed[0] == 0:
             return
-        alone, error = runs_until_failure(fresh(), graded)
+        _, error = runs_until_failure(fresh(), graded)
         if error is None:
-            first = failed[1]
-            where = {"line": first.line, **({"cell": first.cell} if first.cell is not None else {})}
-            raise PropertyFailure("grad_after_inference_mode", error=first.message, **where)
+            raise call_failure(failed[1], "grad_after_inference_mode")
         require(not (weights and (error[1].message or "").startswith("backward(): ")), "weights_detached",
                 names=list(weights))
         return
@@ -917,11 +915,12 @@ def runs_after_moving(module, call, device):
     options) there too: what it keeps by its own identity (an lru_cache on a method, which a copy
     misses) moved with it. An error that is not about devices, or one the meta device's lack of
     data explains, is runs_on_device's to judge, as there."""
+    from .harness import call_failure
+
     args, options = call
     _, error = attempted(lambda: module.run(*args, **{**options, "device": device, "moved_for_good": True}))
-    if error is not None and about_devices(error.message) and not (device == "meta" and meta_limitation(error.message)):
-        where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
-        raise PropertyFailure("device_kept_from_call", device=device, error=error.message, **where)
+    if error is not None and device_error(error.message, device):
+        raise call_failure(error, "device_kept_from_call", device=device)
 
 
 def ran_once_on_cpu(call):
@@ -952,6 +951,7 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     when the never-called module runs: forward kept a tensor in self that .to() does not move.
     """
     from ..worker.submission_errors import SubmissionError
+    from .harness import call_failure
 
     def shapes_of(reply):
         for index, what, shape in zip(range(len(reply.outputs)), ("output", "weights"), expected_shapes):
@@ -966,11 +966,9 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
         except SubmissionError as exc:
             if not exc.raised:
                 raise
-            if not (device == "meta" and (meta_limitation(exc.message) or not about_devices(exc.message))):
-                where = {"line": exc.line, **({"cell": exc.cell} if exc.cell is not None else {})}
+            if device_error(exc.message, device):
                 kept = fresh is not None and second_opinion(lambda: attempted(lambda: fresh(device))[1] is None)
-                code = "device_kept_from_call" if kept else "wrong_device"
-                raise PropertyFailure(code, device=device, error=exc.message, **where) from None
+                raise call_failure(exc, "device_kept_from_call" if kept else "wrong_device", device=device) from None
             return None
 
     reply = judged(attempt)
@@ -1015,6 +1013,12 @@ DEVICE_WORDS = ("device", "meta", "cpu", "cuda", "mps")
 def about_devices(message):
     text = (message or "").lower()
     return any(word in text for word in DEVICE_WORDS)
+
+
+def device_error(message, device):
+    """Whether an error on `device` judges devices: anywhere but meta, every error; on meta, one
+    that names devices and is not the meta device's lack of data (runs_on_device)."""
+    return not (device == "meta" and (meta_limitation(message) or not about_devices(message)))
 
 
 # reference_match's tolerance: the old fixed one (the absolute part scaled with the magnitude of

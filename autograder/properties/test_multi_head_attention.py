@@ -382,7 +382,8 @@ def test_train_dropout(worker, dims, seed, p):
                 raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
         # The layer the statement names: self.dropout, an nn.Dropout of the constructor's p (what
         # a user reads or sets to turn dropout off in a model already built).
-        for built, rate in ((module, p), (build(worker, dims, 0.0), 0.0)):  # with dropout=0 too: no nn.Identity
+        for rate in (p, 0.0):  # with dropout=0 too: no nn.Identity (built only then: its example is dropout=0)
+            built = module if rate else build(worker, dims, 0.0)
             require(built.dropout_p.get("dropout") == rate, "dropout_layer_missing", p=rate,
                     found=", ".join(f"{name} (p={value})" for name, value in built.dropout_p.items()) or "no_layers")
     else:
