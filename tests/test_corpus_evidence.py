@@ -858,3 +858,40 @@ def test_a_cfg_defaulting_to_a_shorter_block_refuses_the_statements_sixteen_toke
     causal = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=2))
     with pytest.raises(RuntimeError):
         causal(torch.randn(1, 16, 8))  # Cfg(n_embd, n_head) of the statement: block_size=16
+
+
+@pytest.mark.parametrize("name", ["mha_dropout_own_generator", "causal_dropout_own_generator"])
+def test_a_generator_of_the_modules_own_ignores_the_seed(name):
+    module = load(name)
+    if name.startswith("mha"):
+        built = module.MultiHeadAttention(4, 2, dropout=0.5).train()
+        call = lambda: built(QUERY, KEY, KEY)[1]  # noqa: E731
+    else:
+        built = module.CausalSelfAttention(config(module, dropout=0.5)).train()
+        built.resid_drop.p = 0.0  # attn_drop's draw alone
+        call = lambda: built(torch.ones(2, 5, 8))  # noqa: E731
+    torch.manual_seed(7)
+    first = call()
+    torch.manual_seed(7)
+    assert not torch.equal(first, call())  # under one seed, two draws: the seed does not fix it
+    reference = nn.Dropout(0.5)
+    torch.manual_seed(7)
+    dropped = reference(torch.ones(3, 4))
+    torch.manual_seed(7)
+    assert torch.equal(dropped, reference(torch.ones(3, 4)))  # nn.Dropout's: the same draw
+
+
+def test_queries_in_chunks_with_the_first_mask_rows_are_wrong_past_one_chunk():
+    module = load("causal_query_chunks_first_mask_rows")
+    csa = module.CausalSelfAttention(config(module, block_size=80)).eval()
+    for length, wrong in ((64, False), (65, True)):
+        x = torch.randn(1, length, 8)
+        assert ((csa(x) - causal(csa, x)).abs().max() > 1e-6) == wrong, length
+
+
+def test_a_softmax_normalised_per_block_of_64_keys_is_wrong_past_one_block():
+    mha = load("mha_keys_in_blocks_of_64").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    for length, wrong in ((64, False), (65, True)):
+        key = torch.randn(1, length, 4)
+        got, expected = mha(QUERY[:1], key, key), multi_head(mha, QUERY[:1], key, key)
+        assert ((got[1] - expected[1]).abs().max() > 1e-3) == wrong, length

@@ -466,6 +466,15 @@ def test_a_dropout_mask_drawn_once_and_reused_fails_train_dropout():
     assert code_of(checks.dropout_redrawn, kept, rng.random(2048) > 0.25, 0.25, "weights") is None
 
 
+def test_a_dropout_that_ignores_the_seed_fails_train_dropout_on_its_path():
+    rng = np.random.default_rng(11)
+    first = rng.random((2, 4, 3))
+    assert code_of(checks.dropout_follows_seed, first, first.copy(), 0.5, "weights") is None
+    assert code_of(checks.dropout_follows_seed, first, rng.random((2, 4, 3)), 0.5, "weights") == "dropout_ignores_seed"
+    assert code_of(checks.dropout_follows_seed, first, rng.random((2, 4, 3)), 0.5, "output",
+                   "fused=True") == "dropout_ignores_seed_on_path"
+
+
 def test_a_train_output_leaks_only_if_the_same_input_repeats_itself():
     rng = np.random.default_rng(10)
     before = rng.standard_normal((2, 4, 3))

@@ -704,6 +704,19 @@ def dropout_redrawn(first, second, p, what):
     require(not np.array_equal(first, second, equal_nan=True), "dropout_mask_reused", p=p, what=what)
 
 
+def dropout_follows_seed(first, again, p, what, path=None):
+    """Two train-mode calls on the same input under one seed (torch.manual_seed; the worker seeds
+    numpy's and Python's generators too) give the same result: dropout draws from the global
+    generators, whose state torch.utils.checkpoint restores to recompute a forward pass with the
+    same masks, and a checkpoint saves to resume training. One the module makes itself (a
+    torch.Generator kept from __init__) goes on from where it was and ignores both."""
+    same = np.allclose(first, again, atol=1e-6, rtol=1e-5, equal_nan=True)
+    if path is None:
+        require(same, "dropout_ignores_seed", p=p, what=what)
+    else:
+        require(same, "dropout_ignores_seed_on_path", p=p, what=what, path=path)
+
+
 def causal_dropout(params, heads, x, p, trained, path):
     """CausalSelfAttention's train-mode output `trained` (B,T,C) for input x, judged by structure
     (torch's dropout masks cannot be predicted, and a correct module may draw them in any order):

@@ -233,11 +233,11 @@ def test_reference_match(worker, dims, scales):
     calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {"in_place": True}),
              (cross_inputs(rng, dims, third), {"mask": mask})]
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
-    long_dims = {**dims, "Tq": long_time(rng), "Tk": long_time(rng)}
+    long_dims = {**dims, "B": 1, "Tq": long_time(rng), "Tk": long_time(rng)}  # B=1: weights under wire's frame cap
     example(**dims, dropout=0.2, scales=list(scales), Tq2=long_dims["Tq"], Tk2=long_dims["Tk"])
     padded = cross_inputs(rng, long_dims)
     padded[1][:, -1] = 0.0
-    long_mask = random_mask(rng, dims["B"], long_dims["Tq"], long_dims["Tk"])
+    long_mask = random_mask(rng, 1, long_dims["Tq"], long_dims["Tk"])
     # one query (as when decoding token by token) in a batch larger than the strategies draw, with
     # one (1, Tq, Tk) mask for all of it
     one_query = {**dims, "Tq": 1, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
@@ -304,13 +304,12 @@ def test_train_dropout(worker, dims, seed, p):
     module, rng = loaded(worker, dims, dropout=p)
     args = cross_inputs(rng, dims)
     mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])  # dropout acts under a mask too
-    (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn), (_, masked), (_, masked_trained) = (
-        outputs(reply, dims) for reply in module.runs((args, {}), (args, {"seed": seed + 1}),
-                                                      (args, {"train": True, "seed": seed}),
-                                                      # the next step of a training loop: no new seed
-                                                      (args, {"train": True, "seed": None}),
-                                                      (args, {"mask": mask}),
-                                                      (args, {"mask": mask, "train": True, "seed": seed + 3})))
+    (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn), (_, reseeded), (_, masked), \
+        (_, masked_trained) = (outputs(reply, dims) for reply in module.runs(
+            (args, {}), (args, {"seed": seed + 1}), (args, {"train": True, "seed": seed}),
+            # the next step of a training loop: no new seed; then the first seed again: the same draw
+            (args, {"train": True, "seed": None}), (args, {"train": True, "seed": seed}),
+            (args, {"mask": mask}), (args, {"mask": mask, "train": True, "seed": seed + 3})))
     # The output is computed from the weights returned (after dropout): W_O(merge(weights @ V)).
     # Judged only when the module's eval output is that function of its eval weights, so that a
     # bug elsewhere (reference_match's) does not cost this point too.
@@ -333,6 +332,7 @@ def test_train_dropout(worker, dims, seed, p):
                                       p=p) from None
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
+        checks.dropout_follows_seed(train_weights, reseeded, p, "weights")
         # Judged where the masked eval weights are weights (finite rows summing to one): a mask
         # read wrongly is masked_zero's mistake.
         if np.all(np.isfinite(masked)) and np.allclose(masked.sum(axis=-1), 1.0, atol=1e-4):
