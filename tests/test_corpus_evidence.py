@@ -895,3 +895,17 @@ def test_a_softmax_normalised_per_block_of_64_keys_is_wrong_past_one_block():
         key = torch.randn(1, length, 4)
         got, expected = mha(QUERY[:1], key, key), multi_head(mha, QUERY[:1], key, key)
         assert ((got[1] - expected[1]).abs().max() > 1e-3) == wrong, length
+
+
+def test_tf32_or_a_lower_matmul_precision_set_by_a_module_stays_set_for_the_whole_program():
+    precision, tf32 = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32
+    try:
+        load("sa_tf32_in_init").SelfAttention(4)
+        assert torch.backends.cuda.matmul.allow_tf32  # for every matmul after it, not only the module's
+        torch.set_float32_matmul_precision("highest")
+        mha = load("mha_matmul_precision_in_forward").MultiHeadAttention(4, 2, 0.0)
+        mha(QUERY, KEY, KEY)  # float64 here (the fixture), the setting is what matters
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -143,3 +143,35 @@ def test_requests_and_replies_larger_than_both_pipes_do_not_deadlock(worker):
     x = np.ones((16, 256, 4), np.float32)  # 64 KiB in, 64 KiB out
     answers = worker.calls("SelfAttention", [build("big", 4), *[call("big", x) for _ in range(12)]])
     assert all(np.array_equal(a["outputs"][0], answers[1]["outputs"][0]) for a in answers[1:])
+
+
+SETTINGS_SOURCE = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    torch.set_default_dtype(torch.float64)  # a script's own setting at import: undone, not graded
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k=None):
+            super().__init__()
+            torch.backends.cuda.matmul.allow_tf32 = True  # every float32 matmul of the program, on a GPU
+            self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
+
+        def forward(self, x):
+            torch.use_deterministic_algorithms(True)
+            flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32]
+            return self.W_Q(x), torch.tensor([float(flag) for flag in flags])
+''')
+
+
+def test_torchs_numerics_settings_changed_by_a_module_are_named_and_put_back():
+    started = Worker(SETTINGS_SOURCE, Limits(request_s=10, memory_mib=1024))
+    started.start()
+    try:
+        built, ran = started.calls("SelfAttention", [build("s", 2), call("s", np.ones((1, 1, 2), np.float32))])
+    finally:
+        started.stop()
+    assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32"]
+    assert ran["settings_changed"] == ["torch.use_deterministic_algorithms"]
+    # the call ran with the import's default dtype and the build's TF32 undone
+    assert ran["outputs"][1].tolist() == [1.0, 0.0]

@@ -1124,9 +1124,11 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
     configuration (returning a description of it); then the first call again must still match:
     state kept in the class (type(self).n_head = ...) is shared by every instance."""
     replies = module.runs(*calls)
+    settings_left_alone("__init__", module.settings_changed)
     for i, reply in enumerate(replies):
         got = shaped(i, reply)
         inputs_unchanged(reply, names)
+        settings_left_alone("forward", reply.settings_changed)  # first: a lower precision moves the outputs
         require(not reply.earlier_outputs_changed, "outputs_overwritten_later", previous=i, call=i + 1)
         code, said = (described or {}).get(i, ("reference_mismatch_at", {}))
         for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
@@ -1143,6 +1145,17 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                 raise
     if another is not None:
         unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def settings_left_alone(where, changed):
+    """A module's build or call (where: "__init__" or "forward") left torch's numerics settings as
+    they were: `changed` names those it changed (the worker puts them back after each request:
+    child.numerics_settings). TF32 turned on in __init__ changes nothing on the CPU, yet every
+    float32 matmul of the program on a GPU."""
+    if changed:
+        if where == "__init__":
+            calling(None)  # no call of the example is at fault
+        raise PropertyFailure("numerics_settings_changed", where=where, names=changed)
 
 
 def changes_when_repeated(module, call, index, shaped):

@@ -175,6 +175,10 @@ class Worker:
         gc.freeze()
         gc.enable()
         torch.set_num_threads(1)
+        # true fp32 everywhere (on cuda too: TF32 matmuls would blur the comparison with the
+        # reference); every request leaves these as they are here (serve: settings_restored)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         self.torch = torch
         self.path = os.path.abspath(submission_path)
         self.module = None
@@ -298,9 +302,6 @@ class Worker:
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
                                     inference)
-        if device.startswith("cuda"):  # compare in true fp32: TF32 matmuls would blur the check
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
         if device != "cpu":
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
         params, _, _, submodules, _ = members(module, self.layers[handle])
@@ -537,6 +538,38 @@ class Worker:
         return Trace()
 
 
+def numerics_settings(torch):
+    """torch's process-wide numerics settings, name -> (value, setter): what a module must leave as
+    it found them (one that turns TF32 on in __init__ changes every matmul of the program that uses
+    it, on a GPU). Precision first: setting it also sets matmul.allow_tf32."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    return {
+        "torch.set_float32_matmul_precision": (torch.get_float32_matmul_precision(),
+                                               torch.set_float32_matmul_precision),
+        "torch.backends.cuda.matmul.allow_tf32": (matmul.allow_tf32, lambda v: setattr(matmul, "allow_tf32", v)),
+        "torch.backends.cudnn.allow_tf32": (cudnn.allow_tf32, lambda v: setattr(cudnn, "allow_tf32", v)),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
+            matmul.allow_fp16_reduced_precision_reduction,
+            lambda v: setattr(matmul, "allow_fp16_reduced_precision_reduction", v)),
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
+            matmul.allow_bf16_reduced_precision_reduction,
+            lambda v: setattr(matmul, "allow_bf16_reduced_precision_reduction", v)),
+        "torch.set_default_dtype": (torch.get_default_dtype(), torch.set_default_dtype),
+        "torch.use_deterministic_algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                               torch.use_deterministic_algorithms),
+    }
+
+
+def settings_restored(torch, before):
+    """Put back the settings `before` (numerics_settings) that changed since; their names."""
+    now = numerics_settings(torch)
+    changed = [name for name, (value, _) in before.items() if now[name][0] != value]
+    for name in changed:
+        value, setter = before[name]
+        setter(value)
+    return changed
+
+
 def serve(worker, requests, responses):
     while True:
         try:
@@ -545,7 +578,13 @@ def serve(worker, requests, responses):
             return
         op = message.get("op", "")
         try:
-            reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
+            before = numerics_settings(worker.torch)
+            try:
+                reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
+            finally:
+                changed = settings_restored(worker.torch, before)
+            if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
+                reply["ok"]["settings_changed"] = changed
         except StudentError as exc:
             reply = {"error": exc.payload}
         except BaseException as exc:  # student code may raise anything, SystemExit included
@@ -600,7 +639,11 @@ def run(request_fd, response_fd, submission):
     responses = os.fdopen(response_fd, "wb")
     worker = Worker(submission)
     try:
-        worker.load_submission()
+        before = numerics_settings(worker.torch)
+        try:
+            worker.load_submission()
+        finally:  # a script's settings at import are undone, not graded: only the classes are
+            settings_restored(worker.torch, before)
         ready = {"ok": {"classes": sorted(k for k, v in vars(worker.module).items() if isinstance(v, type))}}
     except BaseException as exc:
         ready = {"error": {**_student_error(exc, worker.path), "stage": "import"}}

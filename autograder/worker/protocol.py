@@ -8,6 +8,8 @@ which would be reported as the grading machine's fault.
 
   ready     {"classes": [str]}                       after importing the submission
   build     {"params": {name: shape}}                the module's parameters
+  build and call may add "settings_changed": [str] (torch's numerics settings the request changed,
+             which the worker has put back: child.numerics_settings)
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
              "dropout_p": {name: float} (each nn.Dropout layer's p)}
@@ -64,8 +66,15 @@ def _ready(reply, request):
     _require(isinstance(reply.get("classes"), list) and all(isinstance(c, str) for c in reply["classes"]))
 
 
+def _settings_changed(reply):
+    if "settings_changed" in reply:
+        _require(isinstance(reply["settings_changed"], list) and len(reply["settings_changed"]) <= MAX_DIMENSIONS
+                 and all(isinstance(name, str) and len(name) <= 100 for name in reply["settings_changed"]))
+
+
 def _build(reply, request):
     _names(reply.get("params"), _is_shape)
+    _settings_changed(reply)
 
 
 def _describe(reply, request):
@@ -89,6 +98,7 @@ def _call(reply, request):
                  and all(isinstance(name, str) and len(name) <= 100 for name in reply["modified"]))
     if "earlier_outputs_changed" in reply:
         _require(type(reply["earlier_outputs_changed"]) is bool)
+    _settings_changed(reply)
 
 
 def _input_shape(request, name):
