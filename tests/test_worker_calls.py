@@ -159,12 +159,16 @@ SETTINGS_SOURCE = textwrap.dedent('''
 
         def forward(self, x):
             torch.use_deterministic_algorithms(True)
+            with torch.autocast("cpu", enabled=False):  # full precision asked for: nothing to report
+                pass
+            with torch.autocast("cuda", dtype=torch.bfloat16):  # lower, asked for: reported even without a GPU
+                pass
             flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32]
             return self.W_Q(x), torch.tensor([float(flag) for flag in flags])
 ''')
 
 
-def test_torchs_numerics_settings_changed_by_a_module_are_named_and_put_back():
+def test_torchs_numerics_settings_and_autocast_changed_by_a_module_are_named_and_put_back():
     started = Worker(SETTINGS_SOURCE, Limits(request_s=10, memory_mib=1024))
     started.start()
     try:
@@ -172,6 +176,7 @@ def test_torchs_numerics_settings_changed_by_a_module_are_named_and_put_back():
     finally:
         started.stop()
     assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32"]
-    assert ran["settings_changed"] == ["torch.use_deterministic_algorithms"]
+    assert ran["settings_changed"] == ["torch.use_deterministic_algorithms",
+                                       "torch.autocast(device_type='cuda', dtype=torch.bfloat16)"]
     # the call ran with the import's default dtype and the build's TF32 undone
     assert ran["outputs"][1].tolist() == [1.0, 0.0]

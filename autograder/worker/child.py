@@ -179,6 +179,8 @@ class Worker:
         # reference); every request leaves these as they are here (serve: settings_restored)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        self.autocasts = []  # the lower-precision torch.autocast a request entered (watch_autocast)
+        watch_autocast(torch, self.autocasts)
         self.torch = torch
         self.path = os.path.abspath(submission_path)
         self.module = None
@@ -560,6 +562,27 @@ def numerics_settings(torch):
     }
 
 
+def watch_autocast(torch, entered):
+    """Append to `entered` each torch.autocast entered with float16 or bfloat16 asked for (as a
+    `with` or a decorator): a lower precision for what runs inside. Asked, not in effect: on a
+    machine without a GPU, autocast(device_type="cuda") disables itself, and computes in float16
+    only where a GPU is."""
+    autocast = torch.amp.autocast_mode.autocast
+    init, enter = autocast.__init__, autocast.__enter__
+    lower = (torch.float16, torch.bfloat16)
+
+    def asked(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        self.grader_asked_enabled = bool(enabled)
+
+    def entering(self):
+        if getattr(self, "grader_asked_enabled", False) and getattr(self, "fast_dtype", None) in lower:
+            entered.append(f"torch.autocast(device_type={self.device!r}, dtype={self.fast_dtype})")
+        return enter(self)
+
+    autocast.__init__, autocast.__enter__ = asked, entering
+
+
 def settings_restored(torch, before):
     """Put back the settings `before` (numerics_settings) that changed since; their names."""
     now = numerics_settings(torch)
@@ -579,10 +602,11 @@ def serve(worker, requests, responses):
         op = message.get("op", "")
         try:
             before = numerics_settings(worker.torch)
+            worker.autocasts.clear()
             try:
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
-                changed = settings_restored(worker.torch, before)
+                changed = settings_restored(worker.torch, before) + sorted(set(worker.autocasts))
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
         except StudentError as exc:
