@@ -158,12 +158,12 @@ SETTINGS_SOURCE = textwrap.dedent('''
             self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
 
         def forward(self, x):
-            torch.use_deterministic_algorithms(True)
+            flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32]
+            torch.backends.cudnn.allow_tf32 = True
             with torch.autocast("cpu", enabled=False):  # full precision asked for: nothing to report
                 pass
             with torch.autocast("cuda", dtype=torch.bfloat16):  # lower, asked for: reported even without a GPU
                 pass
-            flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32]
             return self.W_Q(x), torch.tensor([float(flag) for flag in flags])
 ''')
 
@@ -176,7 +176,7 @@ def test_torchs_numerics_settings_and_autocast_changed_by_a_module_are_named_and
     finally:
         started.stop()
     assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32"]
-    assert ran["settings_changed"] == ["torch.use_deterministic_algorithms",
+    assert ran["settings_changed"] == ["torch.backends.cudnn.allow_tf32",
                                        "torch.autocast(device_type='cuda', dtype=torch.bfloat16)"]
     # the call ran with the import's default dtype and the build's TF32 undone
     assert ran["outputs"][1].tolist() == [1.0, 0.0]

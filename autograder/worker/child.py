@@ -557,8 +557,6 @@ def numerics_settings(torch):
             matmul.allow_bf16_reduced_precision_reduction,
             lambda v: setattr(matmul, "allow_bf16_reduced_precision_reduction", v)),
         "torch.set_default_dtype": (torch.get_default_dtype(), torch.set_default_dtype),
-        "torch.use_deterministic_algorithms": (torch.are_deterministic_algorithms_enabled(),
-                                               torch.use_deterministic_algorithms),
     }
 
 
