@@ -704,13 +704,16 @@ def dropout_redrawn(first, second, p, what):
     require(not np.array_equal(first, second, equal_nan=True), "dropout_mask_reused", p=p, what=what)
 
 
-def dropout_follows_seed(first, again, p, what, path=None):
+def dropout_follows_seed(first, again, p, what, path=None, call=None):
     """Two train-mode calls on the same input under one seed (torch.manual_seed; the worker seeds
     numpy's and Python's generators too) give the same result: dropout draws from the global
     generators, whose state torch.utils.checkpoint restores to recompute a forward pass with the
     same masks, and a checkpoint saves to resume training. One the module makes itself (a
-    torch.Generator kept from __init__) goes on from where it was and ignores both."""
+    torch.Generator kept from __init__) goes on from where it was and ignores both. call: the
+    second call's description (Reply.call)."""
     same = np.allclose(first, again, atol=1e-6, rtol=1e-5, equal_nan=True)
+    if not same:
+        calling(call)  # the failure is about the second call (its Reply.call), whichever was read last
     if path is None:
         require(same, "dropout_ignores_seed", p=p, what=what)
     else:

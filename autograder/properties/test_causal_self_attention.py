@@ -279,7 +279,7 @@ def test_train_dropout(worker, dims, seed, p):
                 checks.resid_dropout_zeros(trained, p, dims["n_head"], False, path)
         # Last on this path: a mask kept from an earlier call also changes the draw under one seed,
         # and is dropout_redrawn's to name, right above.
-        checks.dropout_follows_seed(trained, output(again, dims), p, "output", path)
+        checks.dropout_follows_seed(trained, output(again, dims), p, "output", path, call=again.call)
     # Dropout acts at every shape the statement allows, on the paths found right above: one example
     # (B=1, a long sequence on a module with a longer block_size and the same parameters) and one
     # token (T=1, many examples): no shape check or shortcut (`if T == 1: y = v`) skips it. Judged

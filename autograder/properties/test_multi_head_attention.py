@@ -304,12 +304,12 @@ def test_train_dropout(worker, dims, seed, p):
     module, rng = loaded(worker, dims, dropout=p)
     args = cross_inputs(rng, dims)
     mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])  # dropout acts under a mask too
+    replies = module.runs((args, {}), (args, {"seed": seed + 1}), (args, {"train": True, "seed": seed}),
+                          # the next step of a training loop: no new seed; then the first seed again: the same draw
+                          (args, {"train": True, "seed": None}), (args, {"train": True, "seed": seed}),
+                          (args, {"mask": mask}), (args, {"mask": mask, "train": True, "seed": seed + 3}))
     (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn), (_, reseeded), (_, masked), \
-        (_, masked_trained) = (outputs(reply, dims) for reply in module.runs(
-            (args, {}), (args, {"seed": seed + 1}), (args, {"train": True, "seed": seed}),
-            # the next step of a training loop: no new seed; then the first seed again: the same draw
-            (args, {"train": True, "seed": None}), (args, {"train": True, "seed": seed}),
-            (args, {"mask": mask}), (args, {"mask": mask, "train": True, "seed": seed + 3})))
+        (_, masked_trained) = (outputs(reply, dims) for reply in replies)
     # The output is computed from the weights returned (after dropout): W_O(merge(weights @ V)).
     # Judged only when the module's eval output is that function of its eval weights, so that a
     # bug elsewhere (reference_match's) does not cost this point too.
@@ -332,7 +332,7 @@ def test_train_dropout(worker, dims, seed, p):
                                       p=p) from None
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
-        checks.dropout_follows_seed(train_weights, reseeded, p, "weights")
+        checks.dropout_follows_seed(train_weights, reseeded, p, "weights", call=replies[4].call)
         # Judged where the masked eval weights are weights (finite rows summing to one): a mask
         # read wrongly is masked_zero's mistake.
         if np.all(np.isfinite(masked)) and np.allclose(masked.sum(axis=-1), 1.0, atol=1e-4):
