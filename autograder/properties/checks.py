@@ -481,7 +481,7 @@ def stable_when_large(large, masks, at_scale_1, described):
             stable(*got)
             masked_weights_zero(got[1], mask, "masked_weight_not_zero_large")
 
-    unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(at_scale_1(), masks))
+    unless_wrong_at_magnitude_1(at_magnitude_1000, lambda: already_wrong_at_scale_1(at_scale_1(), masks, described))
 
 
 def is_the_reference(got, bounded):
@@ -545,9 +545,10 @@ def unless_wrong_at_magnitude_1(check, upstream):
         raise
 
 
-def already_wrong_at_scale_1(small, masks):
+def already_wrong_at_scale_1(small, masks, described):
     """Raise stable_when_large's *_upstream failures when the calls at magnitude ~1 (small: as
-    stable_when_large's `large`) already fail."""
+    stable_when_large's `large`; described: their calls, with the same shapes and masks) already
+    fail, naming the call that does."""
 
     def rows_sum_to_one_at_scale_1(weights):
         sums = weights.sum(axis=-1)
@@ -556,8 +557,10 @@ def already_wrong_at_scale_1(small, masks):
             index = tuple(int(i) for i in np.argwhere(off)[0])
             raise PropertyFailure("rows_do_not_sum_to_one_upstream", index=list(index), got=float(sums[index]))
 
+    calling(described[0])
     rows_sum_to_one_at_scale_1(small[0][1])
-    for got, mask in zip(small[1:], masks):
+    for got, mask, call in zip(small[1:], masks, described[1:]):
+        calling(call)
         weights = got[1]
         wrong = (np.broadcast_to(mask, weights.shape) == 0) & (weights != 0) | ~np.isfinite(weights)  # NaN != 0
         if wrong.any():
