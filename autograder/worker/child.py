@@ -179,7 +179,7 @@ class Worker:
         # reference); every request leaves these as they are here (serve: settings_restored)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        self.autocasts = []  # the lower-precision torch.autocast a request entered (watch_autocast)
+        self.autocasts = set()  # the lower-precision torch.autocast a request entered (watch_autocast)
         watch_autocast(torch, self.autocasts)
         self.torch = torch
         self.path = os.path.abspath(submission_path)
@@ -560,8 +560,12 @@ def numerics_settings(torch):
     }
 
 
+# Distinct lower-precision autocasts a reply names at most (the protocol bounds the list).
+MAX_AUTOCASTS_NAMED = 8
+
+
 def watch_autocast(torch, entered):
-    """Append to `entered` each torch.autocast entered with float16 or bfloat16 asked for (as a
+    """Add to the set `entered` each torch.autocast entered with float16 or bfloat16 asked for (as a
     `with` or a decorator): a lower precision for what runs inside. Asked, not in effect: on a
     machine without a GPU, autocast(device_type="cuda") disables itself, and computes in float16
     only where a GPU is."""
@@ -575,7 +579,7 @@ def watch_autocast(torch, entered):
 
     def entering(self):
         if getattr(self, "grader_asked_enabled", False) and getattr(self, "fast_dtype", None) in lower:
-            entered.append(f"torch.autocast(device_type={self.device!r}, dtype={self.fast_dtype})")
+            entered.add(f"torch.autocast(device_type={self.device!r}, dtype={self.fast_dtype})")
         return enter(self)
 
     autocast.__init__, autocast.__enter__ = asked, entering
@@ -604,7 +608,7 @@ def serve(worker, requests, responses):
             try:
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
-                changed = settings_restored(worker.torch, before) + sorted(set(worker.autocasts))
+                changed = settings_restored(worker.torch, before) + sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
         except StudentError as exc:
