@@ -41,8 +41,8 @@ def expected(params, dims, x):
     return reference.causal_self_attention(params, dims["n_head"], x.astype(np.float64))
 
 
-# causality's long call: twice the longest sequence of the other properties.
-LONG_CAUSALITY = 48  # six times the longest sequence the shape strategies draw
+# causality's long call: six times the longest sequence the shape strategies draw (8).
+LONG_CAUSALITY = 48
 
 # What the worker calls the input (positional by index) -> the statement's name.
 INPUT_NAMES = {"0": "x"}

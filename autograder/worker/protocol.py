@@ -67,10 +67,15 @@ def _ready(reply, request):
     _require(isinstance(reply.get("classes"), list) and all(isinstance(c, str) for c in reply["classes"]))
 
 
+def _short_names(value):
+    """A short list of short names (the inputs a call changed, the settings it changed)."""
+    return (isinstance(value, list) and len(value) <= MAX_DIMENSIONS
+            and all(isinstance(name, str) and len(name) <= 100 for name in value))
+
+
 def _settings_changed(reply):
     if "settings_changed" in reply:
-        _require(isinstance(reply["settings_changed"], list) and len(reply["settings_changed"]) <= MAX_DIMENSIONS
-                 and all(isinstance(name, str) and len(name) <= 100 for name in reply["settings_changed"]))
+        _require(_short_names(reply["settings_changed"]))
 
 
 def _build(reply, request):
@@ -95,8 +100,7 @@ def _call(reply, request):
         for name, grad in reply["input_grads"].items():  # the gradient of an input has its shape
             _require(name in request.get("input_grads", ()) and (grad is None or grad.shape == _input_shape(request, name)))
     if "modified" in reply:
-        _require(isinstance(reply["modified"], list) and len(reply["modified"]) <= MAX_DIMENSIONS
-                 and all(isinstance(name, str) and len(name) <= 100 for name in reply["modified"]))
+        _require(_short_names(reply["modified"]))
     if "earlier_outputs_changed" in reply:
         _require(type(reply["earlier_outputs_changed"]) is bool)
     _settings_changed(reply)
