@@ -11,6 +11,8 @@ from autograder.properties.failures import PropertyFailure
 from autograder.properties import harness
 from autograder.worker.submission_errors import SubmissionError
 
+pytestmark = pytest.mark.unit  # plain arrays and CPU torch: no worker
+
 
 def code_of(check, *args, **kwargs):
     try:
@@ -486,3 +488,53 @@ def test_a_train_output_leaks_only_if_the_same_input_repeats_itself():
     assert not checks.train_output_leaks(before, causal, before.copy())
     # the same input gave another output: masks drawn by what the module kept, not a leak
     assert not checks.train_output_leaks(before, leaked, before + 0.1)
+
+
+# ---- reference_match: a miss described by its call only when that call alone misses ---------------
+
+class CallReply:
+    """A reply of reference_across_calls' module: one output, nothing changed or kept."""
+    modified, settings_changed, earlier_outputs_changed, call = (), (), False, None
+
+    def __init__(self, output):
+        self.outputs = [output]
+
+
+class Doubler:
+    """A module computing 2x, plus `error(x)`."""
+    settings_changed = ()
+
+    def __init__(self, error):
+        self.error = error
+
+    def runs(self, *calls):
+        return [CallReply(2 * x + self.error(x)) for (x,), _ in calls]
+
+    def run(self, *args, **options):
+        return self.runs((args, options))[0]
+
+
+@pytest.fixture
+def undiagnosed(monkeypatch):
+    """The catalog's diagnosis left out: it reads a real module's parameters, which Doubler has not."""
+    monkeypatch.setattr(checks, "diagnosed", lambda *args: None)
+
+
+def across_calls_code(error, lengths=(9, 3, 3)):
+    """reference_across_calls' verdict on calls of these lengths (the first described as long)."""
+    rng = np.random.default_rng(12)
+    calls = [((rng.standard_normal(n),), {}) for n in lengths]
+    module = Doubler(error)
+    return code_of(checks.reference_across_calls, module, calls, lambda i, reply: reply.outputs,
+                   lambda i: [(2 * calls[i][0][0], 0.0, 1.0, "output")], lambda: module, {},
+                   {0: ("causal_reference_mismatch_long", {"positions": lengths[0]})})
+
+
+def test_a_miss_of_the_long_call_alone_is_described_as_one_about_length(undiagnosed):
+    assert across_calls_code(lambda x: 0.0) is None
+    assert across_calls_code(lambda x: 0.5 * (len(x) > 8)) == "causal_reference_mismatch_long"
+
+
+def test_a_miss_every_call_shows_is_not_described_as_one_about_length(undiagnosed):
+    assert across_calls_code(lambda x: 0.5) == "reference_mismatch_at"
+    assert across_calls_code(lambda x: 0.5 * (len(x) == 3)) == "reference_mismatch_at"  # the short calls only

@@ -1125,7 +1125,8 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
     (fresh()) matches shows a module that depends on its earlier calls; when that call first gave
     the module new parameters (the option `reload`), on what it computed from the old ones.
     described: {call index: (failure code, its parameters)} for a call whose miss says more than
-    reference_mismatch_at (the first of another form, say, after the others matched).
+    reference_mismatch_at (the one of another form or length, say), used when every other call
+    matched: only then is the miss about what sets that call apart.
     another: once every call matched, builds and calls a module of the same class with another
     configuration (returning a description of it); then the first call again must still match:
     state kept in the class (type(self).n_head = ...) is shared by every instance."""
@@ -1147,10 +1148,34 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
                 if not calls[i][1].get("train") and second_opinion(lambda: changes_when_repeated(module, calls[i], i, shaped)):
                     raise PropertyFailure("eval_output_changes", **params) from None
+                if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected):
+                    failure = PropertyFailure("reference_mismatch_at", **{
+                        k: v for k, v in failure.params.items() if k not in said})
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
-                raise
+                raise failure from None
     if another is not None:
         unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def others_match(replies, index, shaped, expected):
+    """Whether every call's outputs but the index-th's match the reference (as
+    reference_across_calls compares them): a miss of that call alone is about what sets it apart."""
+    for j, reply in enumerate(replies):
+        if j == index:
+            continue
+        try:
+            got = shaped(j, reply)
+        except PropertyFailure:
+            return False
+        if not within_reference(got, expected(j)):
+            return False
+    return True
+
+
+def within_reference(got, expected):
+    """Whether every output in got matches its (reference, bound, magnitude, what) in expected."""
+    with np.errstate(invalid="ignore"):
+        return all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(got, expected))
 
 
 def settings_left_alone(where, changed):
@@ -1201,8 +1226,7 @@ def matches_on_a_fresh_module(module, call, index, expected, shaped):
     (expected: as reference_across_calls'): then a miss on the module that had earlier calls comes
     from what it kept from them."""
     args, options = call
-    again = shaped(index, module.run(*args, **options))
-    return all(np.all(np.abs(a - w) <= reference_tolerance(w, b, m)) for a, (w, b, m, _) in zip(again, expected))
+    return within_reference(shaped(index, module.run(*args, **options)), expected)
 
 
 def diagnosed(module, prop, calls, replies, expected):
