@@ -889,6 +889,32 @@ def test_queries_in_chunks_with_the_first_mask_rows_are_wrong_past_one_chunk():
         assert ((csa(x) - causal(csa, x)).abs().max() > 1e-6) == wrong, length
 
 
+def test_a_fused_path_clipping_q_and_k_is_right_at_magnitude_1_and_wrong_at_30():
+    csa = load("causal_fused_clamped_qk")
+    csa = csa.CausalSelfAttention(config(csa)).eval()
+    for scale, wrong in ((1.0, False), (30.0, True)):
+        x = scale * torch.randn(2, 6, 8)
+        assert ((csa(x, fused=True) - causal(csa, x)).abs().max() > 1e-6 * scale) == wrong, scale
+        assert (csa(x) - causal(csa, x)).abs().max() < 1e-6 * scale  # the explicit path is right
+
+
+def test_fused_query_chunks_with_is_causal_are_right_for_one_chunk_and_wrong_past_it():
+    csa = load("causal_fused_query_chunks")
+    csa = csa.CausalSelfAttention(config(csa, block_size=20)).eval()
+    for length, wrong in ((8, False), (9, True)):
+        x = torch.randn(2, length, 8)
+        assert ((csa(x, fused=True) - causal(csa, x)).abs().max() > 1e-6) == wrong, length
+
+
+def test_a_fused_resid_dropout_with_p_kept_from_init_ignores_resid_drop_p_set_later():
+    csa = load("causal_fused_resid_p_from_init")
+    csa = csa.CausalSelfAttention(config(csa)).train()
+    csa.resid_drop.p = 0.5
+    x = torch.randn(64, 6, 8)
+    assert (csa(x) == 0).double().mean() > 0.4  # the explicit path drops half of the output
+    assert (csa(x, fused=True) == 0).sum() == 0  # the fused path drops nothing
+
+
 def test_a_softmax_normalised_per_block_of_64_keys_is_wrong_past_one_block():
     mha = load("mha_keys_in_blocks_of_64").MultiHeadAttention(4, 2, dropout=0.0).eval()
     for length, wrong in ((64, False), (65, True)):
@@ -909,3 +935,26 @@ def test_tf32_or_a_lower_matmul_precision_set_by_a_module_stays_set_for_the_whol
     finally:
         torch.set_float32_matmul_precision(precision)
         torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def test_other_global_settings_set_in_init_stay_set_for_the_whole_program():
+    """Each module below changes, by being built, something every later line of the program sees."""
+    kernels = torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()
+    mkldnn = torch.backends.mkldnn.matmul.fp32_precision
+    try:
+        load("mha_deterministic_algorithms_in_init").MultiHeadAttention(4, 2, 0.0)
+        assert torch.are_deterministic_algorithms_enabled()
+        csa = load("causal_sdp_backends_in_init")
+        csa.CausalSelfAttention(config(csa))
+        assert not torch.backends.cuda.flash_sdp_enabled() and not torch.backends.cuda.mem_efficient_sdp_enabled()
+        load("sa_mkldnn_bf16_in_init").SelfAttention(4)
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+        csa = load("causal_grad_off_in_init")
+        csa.CausalSelfAttention(config(csa))
+        assert not torch.nn.Linear(2, 2)(torch.ones(2)).requires_grad  # a layer built later does not train
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cuda.enable_flash_sdp(kernels[0])
+        torch.backends.cuda.enable_mem_efficient_sdp(kernels[1])
+        torch.backends.mkldnn.matmul.fp32_precision = mkldnn
+        torch.set_grad_enabled(True)

@@ -155,11 +155,16 @@ SETTINGS_SOURCE = textwrap.dedent('''
         def __init__(self, d_model, d_k=None):
             super().__init__()
             torch.backends.cuda.matmul.allow_tf32 = True  # every float32 matmul of the program, on a GPU
+            torch.backends.cuda.enable_flash_sdp(False)  # which attention kernels the program may use
+            torch.set_grad_enabled(False)  # no layer built after it would train
             self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
 
         def forward(self, x):
-            flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32]
+            # the older getters raise once the newer fp32_precision is set, unless it was put back
+            flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32,
+                     torch.get_float32_matmul_precision() == "highest", torch.backends.cuda.flash_sdp_enabled()]
             torch.backends.cudnn.allow_tf32 = True
+            torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # float32 matmuls in bfloat16, on this CPU too
             with torch.autocast("cpu", enabled=False):  # full precision asked for: nothing to report
                 pass
             with torch.autocast("cuda", dtype=torch.bfloat16):  # lower, asked for: reported even without a GPU
@@ -168,15 +173,21 @@ SETTINGS_SOURCE = textwrap.dedent('''
 ''')
 
 
-def test_torchs_numerics_settings_and_autocast_changed_by_a_module_are_named_and_put_back():
+def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_put_back():
     started = Worker(SETTINGS_SOURCE, Limits(request_s=10, memory_mib=1024))
     started.start()
     try:
-        built, ran = started.calls("SelfAttention", [build("s", 2), call("s", np.ones((1, 1, 2), np.float32))])
+        x = np.ones((1, 1, 2), np.float32)
+        built, ran, again = started.calls("SelfAttention", [build("s", 2), call("s", x), call("s", x)])
     finally:
         started.stop()
-    assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32"]
-    assert ran["settings_changed"] == ["torch.backends.cudnn.allow_tf32",
+    assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32",
+                                         "torch.backends.cuda.matmul.fp32_precision", "torch.backends.cuda.enable_flash_sdp",
+                                         "torch.set_grad_enabled"]
+    assert ran["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cudnn.allow_tf32",
+                                       "torch.backends.cudnn.conv.fp32_precision", "torch.backends.cudnn.rnn.fp32_precision",
+                                       "torch.backends.mkldnn.matmul.fp32_precision",
                                        "torch.autocast(device_type='cuda', dtype=torch.bfloat16)"]
-    # the call ran with the import's default dtype and the build's TF32 undone
-    assert ran["outputs"][1].tolist() == [1.0, 0.0]
+    # each call ran with the import's default dtype, the build's TF32 and kernels undone, and the
+    # call before's bfloat16 undone so that the older getters read again
+    assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0]

@@ -1179,14 +1179,14 @@ def within_reference(got, expected):
 
 
 def settings_left_alone(where, changed):
-    """A module's build or call (where: "__init__" or "forward") left torch's numerics settings as
+    """A module's build or call (where: "__init__" or "forward") left torch's global settings as
     they were: `changed` names those it changed (the worker puts them back after each request:
-    child.numerics_settings). TF32 turned on in __init__ changes nothing on the CPU, yet every
+    child.global_settings). TF32 turned on in __init__ changes nothing on the CPU, yet every
     float32 matmul of the program on a GPU."""
     if changed:
         if where == "__init__":
             calling(None)  # no call of the example is at fault
-        raise PropertyFailure("numerics_settings_changed", where=where, names=changed)
+        raise PropertyFailure("global_settings_changed", where=where, names=changed)
 
 
 def changes_when_repeated(module, call, index, shaped):

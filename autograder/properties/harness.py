@@ -35,7 +35,7 @@ class Reply:
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
         self.earlier_outputs_changed = raw.get("earlier_outputs_changed", False)  # the previous call's outputs written
-        self.settings_changed = raw.get("settings_changed", [])  # torch's numerics settings the call changed
+        self.settings_changed = raw.get("settings_changed", [])  # torch's global settings the call changed
         self.call = call
 
     def shape(self, index):
@@ -143,7 +143,7 @@ class Remote:
         """Take the build's reply (its form checked by worker/protocol.py): the parameters' total
         size is bounded before anything is drawn for them."""
         self._pending_build = None
-        self.settings_changed = info.get("settings_changed", [])  # torch's numerics settings the build changed
+        self.settings_changed = info.get("settings_changed", [])  # torch's global settings the build changed
         params = info["params"]
         count = sum(math.prod(shape) for shape in params.values())
         if count > MAX_PARAMETER_ELEMENTS:

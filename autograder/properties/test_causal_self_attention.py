@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, expect_close, require
-from .harness import BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, one_row, runs_until_failure
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, long_time, one_row,
+                      runs_until_failure)
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -331,14 +332,16 @@ def test_train_dropout(worker, dims, seed, p):
         axes = ((1, "axis_heads"), (2, "axis_queries"), (3, "axis_keys"))
         for axis, name in axes if dims["n_embd"] > dims["n_head"] else axes[:1]:
             checks.not_shared_along(live & (kept == 0), live, axis, name, p, "attention_weights")
-    # resid_drop's p is read when forward runs too: the same module with only resid_drop.p set
-    # afterwards zeroes entries of the output (proj's bias makes them nonzero otherwise: at least
-    # 128 entries, all kept with probability < 1e-15).
+    # resid_drop's p is read when forward runs too, on each path: the same module with only
+    # resid_drop.p set afterwards zeroes entries of the output (proj's bias makes them nonzero
+    # otherwise: at least 128 entries, all kept with probability < 1e-15).
     if clean and "proj.bias" in module.params:
         resid_later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"resid_drop.p": p})
-        evaluated, trained = (output(reply, rows) for reply in resid_later.runs(
-            *(((x[:rows["B"]],), {"fused": clean[0], "train": train, "seed": seed}) for train in (False, True))))
-        require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={clean[0]}", p=p)
+        replies = resid_later.runs(*(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed})
+                                     for fused in clean for train in (False, True)))
+        for fused, evaluated, trained in zip(clean, replies[::2], replies[1::2]):
+            evaluated, trained = output(evaluated, rows), output(trained, rows)
+            require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={fused}", p=p)
     # Cfg(n_embd, n_head), without block_size and dropout: the statement's defaults, a mask of
     # block_size 16 and dropout layers of p 0.0, read from the module as built. Judged where the
     # submission's own Cfg takes the other fields by name and has defaults for these (else the
@@ -462,6 +465,10 @@ def test_large_inputs(worker, dims, fused):
 @graded(CLS, "fused_equivalence")
 @given(dims=causal_dims())
 def test_fused_equivalence(worker, dims):
+    """The fused path gives the reference's output: on the example's input, then (once that
+    matches) on a module of a longer block_size (LONG_TIMES) with an input of that length and short
+    inputs at the smallest and largest INPUT_SCALES: a fused path that clips q and k, or takes the
+    queries in chunks, is right only on short inputs of magnitude 1."""
     module, rng = loaded(worker, dims, dropout=0.3)  # dropout > 0: the fused path must still not drop in eval
     x = inputs(rng, dims)
     # Against the reference alone: a mistake only in the explicit path is reference_match's.
@@ -476,10 +483,35 @@ def test_fused_equivalence(worker, dims):
         code = "fused_only_mismatch" if close(explicit, want) else "both_paths_mismatch"
         calling(fused_reply.call)  # the failure is the fused call's, not the explicit one just read
         expect_close(fused, want, code, against="reference")
+    fused_at_every_scale_and_length(worker, dims, rng)
     if worker.sees_cuda(CLS):
         for path in (False, True):
             on_gpu = output(module.run(x, fused=path, device="cuda"), dims)
             expect_close(on_gpu, expected(module.params, dims, x), "fused_mismatch", against="cuda_fused" if path else "cuda_explicit")
+
+
+def fused_at_every_scale_and_length(worker, dims, rng):
+    """fused_equivalence's calls beyond the example's: block_size from LONG_TIMES, a call of that
+    length at magnitude 1, then the example's length at the smallest and largest input scales. A
+    miss the explicit path shares (the same output on both paths) is reference_match's."""
+    long_dims = {**dims, "block_size": long_time(rng)}
+    module = another(worker, long_dims, 0.3, load_seed=parameter_seed(long_dims))
+    shapes = [{**long_dims, "T": long_dims["block_size"]}, long_dims, long_dims]
+    scales = [1.0, min(INPUT_SCALES), max(INPUT_SCALES)]
+    xs = [inputs(rng, shape, scale) for shape, scale in zip(shapes, scales)]
+    replies = module.runs(*(((x,), {"fused": True}) for x in xs))
+    for x, reply, shape, scale in zip(xs, replies, shapes, scales):
+        want, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
+        fused = output(reply, shape)
+        if checks.within_reference([fused], [(want, bound, scale, "output")]):
+            continue
+        explicit = output(module.run(x), shape)
+        right = checks.within_reference([explicit], [(want, bound, scale, "output")])
+        if not right and close(fused, explicit, atol=checks.REFERENCE_ATOL * scale):
+            continue  # one mistake on both paths: reference_match's
+        calling(reply.call)
+        checks.matches_reference(fused, want, bound, "fused_only_mismatch_at" if right else "both_paths_mismatch_at",
+                                 scale, positions=shape["T"], block_size=shape["block_size"], scale=scale)
 
 
 @graded(CLS, "fused_calls_sdpa")

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import fcntl
+import functools
 import gc
 import importlib.util
 import os
@@ -176,9 +177,10 @@ class Worker:
         gc.enable()
         torch.set_num_threads(1)
         # true fp32 everywhere (on cuda too: TF32 matmuls would blur the comparison with the
-        # reference); every request leaves these as they are here (serve: settings_restored)
+        # reference); every request leaves these as they are here (serve: GlobalSettings.restored)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        self.settings = GlobalSettings(torch)
         self.autocasts = set()  # the lower-precision torch.autocast a request entered (watch_autocast)
         watch_autocast(torch, self.autocasts)
         self.torch = torch
@@ -540,24 +542,83 @@ class Worker:
         return Trace()
 
 
-def numerics_settings(torch):
-    """torch's process-wide numerics settings, name -> (value, setter): what a module must leave as
-    it found them (one that turns TF32 on in __init__ changes every matmul of the program that uses
-    it, on a GPU). Precision first: setting it also sets matmul.allow_tf32."""
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    return {
-        "torch.set_float32_matmul_precision": (torch.get_float32_matmul_precision(),
-                                               torch.set_float32_matmul_precision),
-        "torch.backends.cuda.matmul.allow_tf32": (matmul.allow_tf32, lambda v: setattr(matmul, "allow_tf32", v)),
-        "torch.backends.cudnn.allow_tf32": (cudnn.allow_tf32, lambda v: setattr(cudnn, "allow_tf32", v)),
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
-            matmul.allow_fp16_reduced_precision_reduction,
-            lambda v: setattr(matmul, "allow_fp16_reduced_precision_reduction", v)),
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
-            matmul.allow_bf16_reduced_precision_reduction,
-            lambda v: setattr(matmul, "allow_bf16_reduced_precision_reduction", v)),
-        "torch.set_default_dtype": (torch.get_default_dtype(), torch.set_default_dtype),
-    }
+# Where torch keeps the float32 precision of each backend (parents first: setting one sets those
+# under it). torch keeps the older settings (set_float32_matmul_precision, allow_tf32) apart from
+# these, and once the two disagree the older getters raise: both are read (an older one that
+# raises reads as MIXED) and, when one changed, all are put back, the older first (measured: that
+# order leaves every getter readable again, whichever API a module used).
+PRECISIONS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul", "mkldnn.conv",
+              "mkldnn.rnn")
+MIXED = "mixed with fp32_precision"
+
+
+class GlobalSettings:
+    """torch's process-wide settings: what a module must leave as it found them, each named as a
+    user sets it. Precision (TF32 turned on in __init__ changes every matmul of the program that
+    uses it, on a GPU; bfloat16 through mkldnn, on this CPU too), the attention kernels and
+    algorithms allowed, the default dtype and device, autograd's modes and the threads: each changes
+    the program around the module, not only the module. Getters and setters are looked up once:
+    read() runs before and after every request (~10 µs)."""
+
+    def __init__(self, torch):
+        backends, matmul, cudnn, cuda = torch.backends, torch.backends.cuda.matmul, torch.backends.cudnn, torch.backends.cuda
+        older = {"torch.set_float32_matmul_precision": (torch.get_float32_matmul_precision,
+                                                        torch.set_float32_matmul_precision),
+                 "torch.backends.cuda.matmul.allow_tf32": _attribute(matmul, "allow_tf32"),
+                 "torch.backends.cudnn.allow_tf32": _attribute(cudnn, "allow_tf32")}
+        entries = {name: (_unless_mixed(getter), setter) for name, (getter, setter) in older.items()}
+        for path in PRECISIONS:
+            owner = functools.reduce(getattr, path.split(".") if path else (), backends)
+            entries[".".join(filter(None, ("torch.backends", path, "fp32_precision")))] = _attribute(owner, "fp32_precision")
+        self.precision = frozenset(entries)
+        for kind in ("fp16", "bf16"):
+            attribute = f"allow_{kind}_reduced_precision_reduction"
+            entries[f"torch.backends.cuda.matmul.{attribute}"] = _attribute(matmul, attribute)
+        for kernel in ("flash", "mem_efficient", "math", "cudnn"):
+            entries[f"torch.backends.cuda.enable_{kernel}_sdp"] = (getattr(cuda, f"{kernel}_sdp_enabled"),
+                                                                  getattr(cuda, f"enable_{kernel}_sdp"))
+        for owner, attribute in ((cudnn, "enabled"), (cudnn, "benchmark"), (cudnn, "deterministic"),
+                                 (backends.mkldnn, "enabled")):
+            entries[f"{owner.__name__}.{attribute}"] = _attribute(owner, attribute)
+        entries["torch.use_deterministic_algorithms"] = (
+            lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+            lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1]))
+        entries["torch.set_default_dtype"] = (torch.get_default_dtype, torch.set_default_dtype)
+        entries["torch.set_default_device"] = (torch.get_default_device, torch.set_default_device)
+        entries["torch.set_grad_enabled"] = (torch.is_grad_enabled, torch.set_grad_enabled)
+        entries["torch.autograd.set_detect_anomaly"] = (torch.is_anomaly_enabled, torch.set_anomaly_enabled)
+        entries["torch.set_num_threads"] = (torch.get_num_threads, torch.set_num_threads)
+        self.names = tuple(entries)
+        self.getters = tuple(getter for getter, _ in entries.values())
+        self.setters = tuple(setter for _, setter in entries.values())
+
+    def read(self):
+        return tuple(getter() for getter in self.getters)
+
+    def restored(self, before):
+        """Put back the settings `before` (a read()) that changed since, in their order (every
+        precision setting when one of them changed: see PRECISIONS); their names."""
+        now = self.read()
+        changed = [name for name, was, is_ in zip(self.names, before, now) if was != is_]
+        precision = self.precision if self.precision.intersection(changed) else frozenset()
+        for name, value, setter in zip(self.names, before, self.setters):
+            if name in precision or name in changed:
+                setter(value)
+        return changed
+
+
+def _attribute(owner, name):
+    return functools.partial(getattr, owner, name), functools.partial(setattr, owner, name)
+
+
+def _unless_mixed(getter):
+    """getter, reading MIXED where torch refuses to answer (the two precision APIs disagree)."""
+    def read():
+        try:
+            return getter()
+        except RuntimeError:  # torch: "you have used mix of the legacy and new APIs"
+            return MIXED
+    return read
 
 
 # Distinct lower-precision autocasts a reply names at most (the protocol bounds the list).
@@ -585,16 +646,6 @@ def watch_autocast(torch, entered):
     autocast.__init__, autocast.__enter__ = asked, entering
 
 
-def settings_restored(torch, before):
-    """Put back the settings `before` (numerics_settings) that changed since; their names."""
-    now = numerics_settings(torch)
-    changed = [name for name, (value, _) in before.items() if now[name][0] != value]
-    for name in changed:
-        value, setter = before[name]
-        setter(value)
-    return changed
-
-
 def serve(worker, requests, responses):
     while True:
         try:
@@ -603,12 +654,12 @@ def serve(worker, requests, responses):
             return
         op = message.get("op", "")
         try:
-            before = numerics_settings(worker.torch)
+            before = worker.settings.read()
             worker.autocasts.clear()
             try:
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
-                changed = settings_restored(worker.torch, before) + sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]
+                changed = worker.settings.restored(before) + sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
         except StudentError as exc:
@@ -665,11 +716,11 @@ def run(request_fd, response_fd, submission):
     responses = os.fdopen(response_fd, "wb")
     worker = Worker(submission)
     try:
-        before = numerics_settings(worker.torch)
+        before = worker.settings.read()
         try:
             worker.load_submission()
         finally:  # a script's settings at import are undone, not graded: only the classes are
-            settings_restored(worker.torch, before)
+            worker.settings.restored(before)
         ready = {"ok": {"classes": sorted(k for k, v in vars(worker.module).items() if isinstance(v, type))}}
     except BaseException as exc:
         ready = {"error": {**_student_error(exc, worker.path), "stage": "import"}}
