@@ -358,8 +358,11 @@ def test_train_dropout(worker, dims, seed, p):
         return
     given = later.buffers.get("mask")
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
-        require(mask["shape"][-1] == fields["block_size"], "cfg_default_not_the_statements", field="block_size",
-                default=fields["block_size"], got=mask["shape"][-1])
+        block = fields["block_size"]
+        if len(mask["shape"]) != 4:  # a placeholder (a 0-d mask, say) instead of one of block_size
+            require(False, "cfg_default_mask_shape", default=block, shape=str(tuple(mask["shape"])))
+        require(mask["shape"][-1] == block, "cfg_default_not_the_statements", field="block_size", default=block,
+                got=mask["shape"][-1])
     for name in ("attn_drop", "resid_drop"):
         if later.dropout_p.get(name) == (p if name == "attn_drop" else 0.0) and name in layers:
             require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",

@@ -16,7 +16,10 @@ without calling socket (110 filled pairs, 1.7 GB). System V message queues and s
 ceiling of ~31 GB (shared memory segments, which torch never uses either, are counted instead:
 watch.py). inotify and fanotify: each watch pins an inode in the kernel's caches (137k watches on
 files under /usr, one uid's default limit being 192k, held 190 MB). bpf: maps are kernel memory
-(most kernels refuse it to unprivileged users already, as Docker's profile does). Installed after no_new_privs, the filter is inherited by every process the worker
+(most kernels refuse it to unprivileged users already, as Docker's profile does). add_key,
+request_key and keyctl: a key in the uid's persistent keyring (KEYCTL_GET_PERSISTENT) outlives
+every process for days (kernel.keys.persistent_keyring_expiry), so the grader retires that uid
+for good: a few hundred gradings could use up the uid range (Docker's profile refuses them too). Installed after no_new_privs, the filter is inherited by every process the worker
 starts and cannot be removed.
 """
 import ctypes
@@ -28,18 +31,20 @@ SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 EPERM, ENOSYS = 1, 38
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "msgget", "semget",
-           "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "bpf")
+           "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "bpf", "add_key", "request_key",
+           "keyctl")
 # (audit architecture, system call numbers) per machine (aarch64 has no inotify_init); x86_64's x32
 # calls have bit 30 set
 ARCHITECTURES = {
     "x86_64": (0xC000003E, {"unshare": 272, "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                             "msgget": 68, "semget": 64, "inotify_init": 253, "inotify_init1": 294,
-                            "inotify_add_watch": 254, "fanotify_init": 300, "bpf": 321}),
+                            "inotify_add_watch": 254, "fanotify_init": 300, "bpf": 321, "add_key": 248,
+                            "request_key": 249, "keyctl": 250}),
     "aarch64": (0xC00000B7, {"unshare": 97, "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199,
                              "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                              "msgget": 186, "semget": 190, "inotify_init1": 26, "inotify_add_watch": 27,
-                             "fanotify_init": 262, "bpf": 280}),
+                             "fanotify_init": 262, "bpf": 280, "add_key": 217, "request_key": 218, "keyctl": 219}),
 }
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 
