@@ -13,9 +13,10 @@ import pytest
 from autograder import config as grading_config
 from autograder import submission
 from autograder.cohort import batch
-from autograder.cohort.executor import RECYCLE_GROWTH_MIB, LocalExecutor, Slot, Task
+from autograder.cohort.executor import RECYCLE_GROWTH_MIB, LocalExecutor, Result, Slot, Task
 from autograder.cohort.store import Store
 from autograder.grade import collect_outcomes
+from autograder.outcomes import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = grading_config.load()
@@ -170,3 +171,40 @@ def test_a_killed_slot_leaves_no_copy_of_the_code_it_graded(tmp_path, monkeypatc
     executor.close(cancel=True)  # an interrupted batch kills its slots
     left = [path for path in scratch.rglob("*") if path.is_file() and marker.encode() in path.read_bytes()]
     assert left == []
+
+
+class Contended:
+    """An executor of two slots whose first grading of "slow.py" ran out of time (a classmate kept
+    the cores busy): what batch stores is the grading it makes again, alone."""
+    slots = 2
+
+    def __init__(self):
+        self.runs = []
+
+    def run(self, tasks):
+        self.runs.append([task.key for task in tasks])
+        alone = len(self.runs) > 1
+        for task in tasks:
+            timed_out = task.key == "slow.py" and not alone
+            outcome = Outcome("SelfAttention", "shapes", "timeout" if timed_out else "passed",
+                              "submission.timeout" if timed_out else None)
+            yield task, Result([outcome.as_dict()], peak_rss_mib=1.0, seconds=1.0)
+
+    def close(self, cancel=False):
+        pass
+
+
+def test_a_grading_that_ran_out_of_time_beside_others_is_graded_again_alone(tmp_path):
+    folder = tmp_path / "cohort"
+    folder.mkdir()
+    for name in ("ana.py", "slow.py", "luis.py"):
+        (folder / name).write_text(SOLUTION, encoding="utf-8")
+    executor = Contended()
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        summary = batch.run_batch(folder, "c", store, CONFIG, lambda: executor)
+        results = {r.key: r for r in store.results(store.run("c"))}
+    finally:
+        store.close()
+    assert executor.runs == [["ana.py", "luis.py", "slow.py"], ["slow.py"]]  # the second time, nothing beside it
+    assert summary.graded == 3 and [o.status for o in results["slow.py"].outcomes] == ["passed"]

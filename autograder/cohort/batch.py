@@ -226,32 +226,56 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
 
 
 def _grade_pending(pending, run, store, executor_factory, summary, console):
+    """Grade `pending` in the executor's slots and store each result as it comes. A grading that
+    ran out of time while other slots were busy is graded again alone, after the others, and that
+    grading is stored: a submission that keeps the machine's cores busy (processes of its own, in
+    its time budget) must not make a classmate's grading beside it run out of time (a wall-clock
+    budget; measured: a correct file at 0/48 beside 58 busy loops, 48/48 alone)."""
     executor = executor_factory()
     began = time.monotonic()
     cancel = True
     try:
         with _progress(console) as progress:
             bar = progress.add_task(f"grading ({executor.slots} slots)", total=len(pending), rate="")
-            for task, result in executor.run([task for _, _, task, _, _ in pending.values()]):
-                entry, content_hash, _, replace, graded_file = pending[task.key]
-                if isinstance(result, GraderFailure):
-                    summary.failures.append((task.key, clean(result)))
-                    store.record_failure(run, entry.key, entry.submitters, str(result))
-                else:
-                    outcomes = [Outcome(**o) for o in result.outcomes]
-                    store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, result.seconds,
-                                         result.peak_rss_mib, replace, graded_file)
-                    summary.graded += 1
-                    internal = next((o for o in outcomes if o.code == "grader_error"), None)
-                    if internal is not None:  # the report marks it a grader failure: so does the summary
-                        summary.grader_errors.append((task.key, clean(internal.params.get("error", ""))))
+
+            def stored(task, result):
+                _store(pending[task.key], task, result, run, store, summary)
                 done = summary.graded + len(summary.failures)
                 progress.update(bar, advance=1, rate=f"{60 * done / max(time.monotonic() - began, 1e-9):.1f}/min")
+
+            again = []
+            for task, result in executor.run([task for _, _, task, _, _ in pending.values()]):
+                if executor.slots > 1 and _timed_out(result):
+                    again.append(task)
+                else:
+                    stored(task, result)
+            for task in again:  # one at a time: nothing else grades beside it
+                for _, result in executor.run([task]):
+                    stored(task, result)
         cancel = False
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
         executor.close(cancel)
+
+
+def _timed_out(result):
+    return not isinstance(result, GraderFailure) and any(o["status"] == "timeout" for o in result.outcomes)
+
+
+def _store(pending_entry, task, result, run, store, summary):
+    entry, content_hash, _, replace, graded_file = pending_entry
+    if isinstance(result, GraderFailure):
+        summary.failures.append((task.key, clean(result)))
+        store.record_failure(run, entry.key, entry.submitters, str(result))
+        return
+    outcomes = [Outcome(**o) for o in result.outcomes]
+    store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, result.seconds,
+                         result.peak_rss_mib, replace, graded_file)
+    summary.graded += 1
+    internal = next((o for o in outcomes if o.code == "grader_error"), None)
+    if internal is not None:  # the report marks it a grader failure: so does the summary
+        summary.grader_errors.append((task.key, clean(internal.params.get("error", ""))))
 
 
 def _name(entry):

@@ -19,7 +19,10 @@ files under /usr, one uid's default limit being 192k, held 190 MB). bpf: maps ar
 (most kernels refuse it to unprivileged users already, as Docker's profile does). add_key,
 request_key and keyctl: a key in the uid's persistent keyring (KEYCTL_GET_PERSISTENT) outlives
 every process for days (kernel.keys.persistent_keyring_expiry), so the grader retires that uid
-for good: a few hundred gradings could use up the uid range (Docker's profile refuses them too). Installed after no_new_privs, the filter is inherited by every process the worker
+for good: a few hundred gradings could use up the uid range (Docker's profile refuses them too).
+setsid: each session is a group of its own for the scheduler (autogroup), so 58 busy loops in
+58 sessions took 58 shares of the cores from a classmate graded beside them (their grading ran
+out of time); the worker is already a session's leader, and its processes stay in its session. Installed after no_new_privs, the filter is inherited by every process the worker
 starts and cannot be removed.
 """
 import ctypes
@@ -32,7 +35,7 @@ EPERM, ENOSYS = 1, 38
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "msgget", "semget",
            "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "bpf", "add_key", "request_key",
-           "keyctl")
+           "keyctl", "setsid")
 # (audit architecture, system call numbers) per machine (aarch64 has no inotify_init); x86_64's x32
 # calls have bit 30 set
 ARCHITECTURES = {
@@ -40,11 +43,12 @@ ARCHITECTURES = {
                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                             "msgget": 68, "semget": 64, "inotify_init": 253, "inotify_init1": 294,
                             "inotify_add_watch": 254, "fanotify_init": 300, "bpf": 321, "add_key": 248,
-                            "request_key": 249, "keyctl": 250}),
+                            "request_key": 249, "keyctl": 250, "setsid": 112}),
     "aarch64": (0xC00000B7, {"unshare": 97, "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199,
                              "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                              "msgget": 186, "semget": 190, "inotify_init1": 26, "inotify_add_watch": 27,
-                             "fanotify_init": 262, "bpf": 280, "add_key": 217, "request_key": 218, "keyctl": 219}),
+                             "fanotify_init": 262, "bpf": 280, "add_key": 217, "request_key": 218, "keyctl": 219,
+                             "setsid": 157}),
 }
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 
