@@ -250,11 +250,16 @@ def gradients_reach_every_parameter(reply, biased=True):
     require(not zero, "zero_gradient", names=zero)
 
 
-def trains_from_its_own_start(fresh, args, weights=(), biased=True):
+def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None, rows=None):
     """The module as a user starts with it (fresh(): one built with its own initial parameters,
     not values the grader loaded), evaluated once under torch.inference_mode() (a check before
     training), then run on `args` with autograd in eval, backward from its weights (output 1)
-    where `weights` names the layers that make them, else from its output.
+    where `weights` names the layers that make them, else from its output. reload (the call
+    option): layers given the grader's values first, whose own start is free (a proj that starts
+    at zero gives qkv no gradient at the first step alone: proj trains, then qkv does). rows:
+    {name: [(start, stop)]}, blocks of a parameter's rows that must each get a gradient: qkv's
+    query and key rows set to zero (bias included) make every score 0 and get none, ever, while its
+    value rows get one.
     - That call runs: a tensor forward kept from the first call is an inference tensor, which
       autograd cannot save (grad_after_inference_mode; confirmed on a second fresh module, where
       the same call alone runs).
@@ -268,7 +273,7 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True):
     module's to name, in the property's other checks."""
     from .harness import call_failure, runs_until_failure
 
-    graded = (args, {"grad": True, **({"backward_from": 1} if weights else {})})
+    graded = (args, {"grad": True, **({"backward_from": 1} if weights else {}), **({"reload": reload} if reload else {})})
     replies, failed = runs_until_failure(fresh(), (args, {"inference": True}), graded)
     if failed:
         if failed[0] == 0:
@@ -286,6 +291,10 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True):
         except PropertyFailure as failure:
             if failure.code == "zero_gradient":
                 raise PropertyFailure("initial_gradients_zero", names=failure.params["names"]) from None
+            return
+        dead = [f"{name}[{start}:{stop}]" for name, blocks in (rows or {}).items() for start, stop in blocks
+                if not np.any(grads[name][start:stop])]
+        require(not dead, "initial_gradients_zero", names=dead)
         return
     cut = [name for name in weights if grads.get(name) is None]
     require(not cut, "weights_detached", names=cut)

@@ -419,7 +419,12 @@ def test_gradients(worker, dims, fused, p, seed, data):
             checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
 
     checks.gradients_in_calls(module, calls, checked)
-    checks.trains_from_its_own_start(lambda: build(worker, dims), (x,))  # the module as it builds itself
+    # The module as it builds itself, proj given the grader's values (proj may start at zero): qkv's
+    # query and key rows get a gradient.
+    C = dims["n_embd"]
+    checks.trains_from_its_own_start(lambda: build(worker, dims), (x,),
+                                     reload={"seed": parameter_seed(dims), "layers": ["proj"]},
+                                     rows={"qkv.weight": [(0, C), (C, 2 * C)]})
 
 
 @graded(CLS, "large_inputs")
@@ -525,8 +530,8 @@ def test_fused_calls_sdpa(worker, dims):
     attention: no mark that a module could look for, short of computing attention itself) must
     give another output (a path that computes the explicit version and calls sdpa only to discard
     the result does not). T >= 2: then rolling changes the result."""
-    module = build(worker, dims)
-    x = inputs(rng_for(dims), dims)
+    module, rng = loaded(worker, dims)  # the grader's values: a proj that starts at zero hides nothing
+    x = inputs(rng, dims)
     reply, rolled = module.runs(((x,), {"fused": True, "trace": ["scaled_dot_product_attention"]}),
                                 ((x,), {"fused": True, "rolled": ["scaled_dot_product_attention"]}))
     got = output(reply, dims)
