@@ -327,6 +327,12 @@ CATALOG = (
           "fused path.",
           ("reference_match", "fused_equivalence", "train_dropout"), [R(CSA, "forward", CSA_SCORES, "q @ k.transpose(-2, -1)")],
           {"scale": "none"}, seen_in="buggy/causal_no_scaling"),
+    entry("causal_scale_by_n_embd", CSA,
+          "Escalas por √C (n_embd) en vez de por √hs, el tamaño de cada cabeza (hs = C // n_head).",
+          "You scale by √C (n_embd) instead of √hs, each head's size (hs = C // n_head).",
+          ("reference_match", "fused_equivalence", "train_dropout"),
+          [R(CSA, "forward", CSA_SCORES, "q @ k.transpose(-2, -1) / math.sqrt(C)")],
+          {"scale": "sqrt_d_model"}, probe={"heads": 2}, seen_in="buggy/causal_scale_by_n_embd"),
     entry("causal_mask_inverted", CSA,
           "Olvidas el ~ de la máscara: tapas el pasado y el propio token en vez del futuro (y la última fila "
           "queda sin nada que atender).",
