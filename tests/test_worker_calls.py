@@ -158,6 +158,7 @@ SETTINGS_SOURCE = textwrap.dedent('''
             torch.backends.cuda.enable_flash_sdp(False)  # which attention kernels the program may use
             torch.set_grad_enabled(False)  # no layer built after it would train
             self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
+            torch.set_default_device("meta")  # every tensor made after it, anywhere, has no values
 
         def forward(self, x):
             # the older getters raise once the newer fp32_precision is set, unless it was put back
@@ -169,6 +170,7 @@ SETTINGS_SOURCE = textwrap.dedent('''
                 pass
             with torch.autocast("cuda", dtype=torch.bfloat16):  # lower, asked for: reported even without a GPU
                 pass
+            flags.append(torch.zeros(1).device.type == "cpu")  # the build's default device undone
             return self.W_Q(x), torch.tensor([float(flag) for flag in flags])
 ''')
 
@@ -183,11 +185,11 @@ def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_p
         started.stop()
     assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32",
                                          "torch.backends.cuda.matmul.fp32_precision", "torch.backends.cuda.enable_flash_sdp",
-                                         "torch.set_grad_enabled"]
+                                         "torch.set_default_device", "torch.set_grad_enabled"]
     assert ran["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cudnn.allow_tf32",
                                        "torch.backends.cudnn.conv.fp32_precision", "torch.backends.cudnn.rnn.fp32_precision",
                                        "torch.backends.mkldnn.matmul.fp32_precision",
                                        "torch.autocast(device_type='cuda', dtype=torch.bfloat16)"]
     # each call ran with the import's default dtype, the build's TF32 and kernels undone, and the
     # call before's bfloat16 undone so that the older getters read again
-    assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]

@@ -584,7 +584,7 @@ class GlobalSettings:
             lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
             lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1]))
         entries["torch.set_default_dtype"] = (torch.get_default_dtype, torch.set_default_dtype)
-        entries["torch.set_default_device"] = (torch.get_default_device, torch.set_default_device)
+        entries["torch.set_default_device"] = (functools.partial(_default_device, torch), torch.set_default_device)
         entries["torch.set_grad_enabled"] = (torch.is_grad_enabled, torch.set_grad_enabled)
         entries["torch.autograd.set_detect_anomaly"] = (torch.is_anomaly_enabled, torch.set_anomaly_enabled)
         entries["torch.set_num_threads"] = (torch.get_num_threads, torch.set_num_threads)
@@ -605,6 +605,13 @@ class GlobalSettings:
             if name in precision or name in changed:
                 setter(value)
         return changed
+
+
+def _default_device(torch):
+    """The device set_default_device chose, None where none was: put back as None, not as "cpu",
+    which would leave a device mode on every later torch call."""
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return None if context is None else context.device
 
 
 def _attribute(owner, name):
