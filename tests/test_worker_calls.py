@@ -164,6 +164,9 @@ SETTINGS_SOURCE = textwrap.dedent('''
             # the older getters raise once the newer fp32_precision is set, unless it was put back
             flags = [torch.get_default_dtype() == torch.float32, torch.backends.cuda.matmul.allow_tf32,
                      torch.get_float32_matmul_precision() == "highest", torch.backends.cuda.flash_sdp_enabled()]
+            previous = torch.get_float32_matmul_precision()  # saved, set and put back: nothing to report
+            torch.set_float32_matmul_precision("highest")  # (torch reads mkldnn.matmul's "none" as "ieee" after it)
+            torch.set_float32_matmul_precision(previous)
             torch.backends.cudnn.allow_tf32 = True
             torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # float32 matmuls in bfloat16, on this CPU too
             with torch.autocast("cpu", enabled=False):  # full precision asked for: nothing to report
@@ -193,3 +196,20 @@ def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_p
     # each call ran with the import's default dtype, the build's TF32 and kernels undone, and the
     # call before's bfloat16 undone so that the older getters read again
     assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_a_precision_saved_set_and_put_back_is_no_change_and_a_lower_one_is():
+    """set_float32_matmul_precision("highest") turns mkldnn.matmul's "none" into "ieee": the same
+    precision, which a module saving and restoring the setting inside forward must not be blamed for."""
+    import torch
+    from autograder.worker.child import GlobalSettings
+
+    settings = GlobalSettings(torch)
+    before = settings.read()
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    torch.set_float32_matmul_precision(previous)
+    assert settings.restored(before) == []
+    torch.set_float32_matmul_precision("medium")
+    assert "torch.backends.mkldnn.matmul.fp32_precision" in settings.restored(before)
+    assert settings.read() == before

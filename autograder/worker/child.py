@@ -569,7 +569,7 @@ class GlobalSettings:
         entries = {name: (_unless_mixed(getter), setter) for name, (getter, setter) in older.items()}
         for path in PRECISIONS:
             owner = functools.reduce(getattr, path.split(".") if path else (), backends)
-            entries[".".join(filter(None, ("torch.backends", path, "fp32_precision")))] = _attribute(owner, "fp32_precision")
+            entries[_precision_name(path)] = _attribute(owner, "fp32_precision")
         self.precision = frozenset(entries)
         for kind in ("fp16", "bf16"):
             attribute = f"allow_{kind}_reduced_precision_reduction"
@@ -597,14 +597,36 @@ class GlobalSettings:
 
     def restored(self, before):
         """Put back the settings `before` (a read()) that changed since, in their order (every
-        precision setting when one of them changed: see PRECISIONS); their names."""
+        precision setting when one of them changed: see PRECISIONS); the names of those whose
+        effect changed (set_float32_matmul_precision("highest") turns mkldnn.matmul's "none" into
+        "ieee", the same precision: a save-and-restore of it inside forward changes nothing)."""
         now = self.read()
         changed = [name for name, was, is_ in zip(self.names, before, now) if was != is_]
         precision = self.precision if self.precision.intersection(changed) else frozenset()
         for name, value, setter in zip(self.names, before, self.setters):
             if name in precision or name in changed:
                 setter(value)
-        return changed
+        if not precision:
+            return changed
+        was, is_ = _in_effect(dict(zip(self.names, before))), _in_effect(dict(zip(self.names, now)))
+        return [name for name in changed if name not in was or was[name] != is_[name]]
+
+
+def _precision_name(path):
+    return ".".join(filter(None, ("torch.backends", path, "fp32_precision")))
+
+
+def _in_effect(values):
+    """Each fp32_precision setting of `values` (name -> value) as it acts: "none" defers to the
+    level above it (cuda.matmul's is the top level), and the top level's "none" is full precision."""
+    effect = {}
+    for path in PRECISIONS:  # parents first
+        value = values[_precision_name(path)]
+        if value == "none":
+            parent = path.rpartition(".")[0]
+            value = effect[_precision_name(parent if parent in PRECISIONS else "")] if path else "ieee"
+        effect[_precision_name(path)] = value
+    return effect
 
 
 def _default_device(torch):
