@@ -24,10 +24,14 @@ BASE_UID = 64000  # a range of these tests' own (test_hostile uses 63000+, grade
 MODES = ["namespaces", "uid-only"] if IS_ROOT and namespaces.available() else ["uid-only"]
 pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the layers exist only when the grader runs as root")
 
-# Correct enough to import; at import it leaves a process outside its session, then waits.
+# Correct enough to import; at import it leaves an orphan (in a session of its own where setsid is
+# allowed; the worker's filter refuses it, and a double fork alone still outlives its parent), then waits.
 ORPHAN_MAKER = '''
 import subprocess, time
-subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True)
+try:
+    subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True)
+except OSError:
+    subprocess.Popen(["sh", "-c", "(sleep 600 &)"])
 time.sleep(60)
 class SelfAttention: pass
 '''

@@ -1,4 +1,4 @@
-"""Hostile submission (sa_leave_residue): correct code that, at import, leaves something of its uid everywhere it can: files in /tmp, /var/tmp, /dev/shm, /run/lock and HOME, a setuid copy of python in /run/lock, System V shared memory, a semaphore and a message queue, a POSIX message queue, a key in its uid's kernel keyring, and a process that leaves its session (setsid, double fork). It must score exactly as the reference, and nothing of it may outlive grading."""
+"""Hostile submission (sa_leave_residue): correct code that, at import, leaves something of its uid everywhere it can: files in /tmp, /var/tmp, /dev/shm, /run/lock and HOME, a setuid copy of python in /run/lock, System V shared memory, a semaphore and a message queue, a POSIX message queue, a key in its uid's kernel keyring, and a process that outlives it (a double fork, in a session of its own where setsid is allowed). It must score exactly as the reference, and nothing of it may outlive grading."""
 import math
 from dataclasses import dataclass
 
@@ -125,8 +125,11 @@ def _leave_residue():
         pass
     if os.uname().machine == "x86_64":  # add_key("user", name, data, len, KEY_SPEC_USER_KEYRING)
         libc.syscall(248, b"user", b"residue-from-a-student", b"secret", 6, ctypes.c_long(-4))
-    subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        subprocess.Popen(["sh", "-c", "(sleep 600 &)"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:  # setsid refused (the worker's filter): a double fork still outlives its parent
+        subprocess.Popen(["sh", "-c", "(sleep 600 &)"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 _leave_residue()
