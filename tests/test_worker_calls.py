@@ -156,7 +156,6 @@ SETTINGS_SOURCE = textwrap.dedent('''
             super().__init__()
             torch.backends.cuda.matmul.allow_tf32 = True  # every float32 matmul of the program, on a GPU
             torch.backends.cuda.enable_flash_sdp(False)  # which attention kernels the program may use
-            torch.set_grad_enabled(False)  # no layer built after it would train
             self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
             torch.set_default_device("meta")  # every tensor made after it, anywhere, has no values
 
@@ -188,7 +187,7 @@ def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_p
         started.stop()
     assert built["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cuda.matmul.allow_tf32",
                                          "torch.backends.cuda.matmul.fp32_precision", "torch.backends.cuda.enable_flash_sdp",
-                                         "torch.set_default_device", "torch.set_grad_enabled"]
+                                         "torch.set_default_device"]
     assert ran["settings_changed"] == ["torch.set_float32_matmul_precision", "torch.backends.cudnn.allow_tf32",
                                        "torch.backends.cudnn.conv.fp32_precision", "torch.backends.cudnn.rnn.fp32_precision",
                                        "torch.backends.mkldnn.matmul.fp32_precision",

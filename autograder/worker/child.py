@@ -558,9 +558,10 @@ class GlobalSettings:
     """torch's process-wide settings: what a module must leave as it found them, each named as a
     user sets it. Precision (TF32 turned on in __init__ changes every matmul of the program that
     uses it, on a GPU; bfloat16 through mkldnn, on this CPU too), the attention kernels and
-    algorithms allowed, the default dtype and device, autograd's modes and the threads: each changes
-    the program around the module, not only the module. Getters and setters are looked up once:
-    restored() reads them after every request (~14 µs)."""
+    algorithms allowed, the default dtype and device, anomaly detection and the threads: each
+    changes the program around the module, not only the module. Grad mode is not among them: turned
+    off for good (at import too), it fails the next call that asks for gradients (grad_disabled).
+    Getters and setters are looked up once: restored() reads them after every request (~14 µs)."""
 
     def __init__(self, torch):
         backends, matmul, cudnn, cuda = torch.backends, torch.backends.cuda.matmul, torch.backends.cudnn, torch.backends.cuda
@@ -587,7 +588,6 @@ class GlobalSettings:
             lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1]))
         entries["torch.set_default_dtype"] = (torch.get_default_dtype, torch.set_default_dtype)
         entries["torch.set_default_device"] = (functools.partial(_default_device, torch), torch.set_default_device)
-        entries["torch.set_grad_enabled"] = (torch.is_grad_enabled, torch.set_grad_enabled)
         entries["torch.autograd.set_detect_anomaly"] = (torch.is_anomaly_enabled, torch.set_anomaly_enabled)
         entries["torch.set_num_threads"] = (torch.get_num_threads, torch.set_num_threads)
         self.names = tuple(entries)
