@@ -1190,7 +1190,7 @@ def within_reference(got, expected):
 def settings_left_alone(where, changed):
     """A module's build or call (where: "__init__" or "forward") left torch's global settings as
     they were: `changed` names those it changed (the worker puts them back after each request:
-    child.global_settings). TF32 turned on in __init__ changes nothing on the CPU, yet every
+    child.GlobalSettings). TF32 turned on in __init__ changes nothing on the CPU, yet every
     float32 matmul of the program on a GPU."""
     if changed:
         if where == "__init__":

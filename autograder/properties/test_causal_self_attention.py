@@ -360,7 +360,7 @@ def test_train_dropout(worker, dims, seed, p):
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         block = fields["block_size"]
         if len(mask["shape"]) != 4:  # a placeholder (a 0-d mask, say) instead of one of block_size
-            require(False, "cfg_default_mask_shape", default=block, shape=str(tuple(mask["shape"])))
+            raise PropertyFailure("cfg_default_mask_shape", default=block, shape=str(tuple(mask["shape"])))
         require(mask["shape"][-1] == block, "cfg_default_not_the_statements", field="block_size", default=block,
                 got=mask["shape"][-1])
     for name in ("attn_drop", "resid_drop"):

@@ -690,7 +690,7 @@ def serve(worker, requests, responses):
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
                 changed = [*worker.settings.restored(worker.settings_at_start),
-                           *sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]]
+                           *sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]][:wire.MAX_DIMENSIONS]  # protocol's bound
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
         except StudentError as exc:

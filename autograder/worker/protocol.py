@@ -9,7 +9,7 @@ which would be reported as the grading machine's fault.
   ready     {"classes": [str]}                       after importing the submission
   build     {"params": {name: shape}}                the module's parameters
   build and call may add "settings_changed": [str] (torch's global settings the request changed,
-             which the worker has put back: child.global_settings; and each lower-precision
+             which the worker has put back: child.GlobalSettings; and each lower-precision
              torch.autocast it entered: child.watch_autocast)
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
