@@ -197,6 +197,63 @@ def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_p
     assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
 
 
+EVERY_SETTING_SOURCE = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k=None):
+            super().__init__()
+            backends = torch.backends
+            for owner in (backends, backends.cuda.matmul, backends.cudnn, backends.cudnn.conv, backends.cudnn.rnn):
+                owner.fp32_precision = "tf32"
+            for owner in (backends.mkldnn, backends.mkldnn.matmul, backends.mkldnn.conv, backends.mkldnn.rnn):
+                owner.fp32_precision = "bf16"
+            backends.cuda.matmul.allow_fp16_reduced_precision_reduction ^= True
+            backends.cuda.matmul.allow_bf16_reduced_precision_reduction ^= True
+            for kernel in ("flash", "mem_efficient", "math", "cudnn"):
+                getattr(backends.cuda, f"enable_{kernel}_sdp")(False)
+            backends.cudnn.enabled ^= True
+            backends.cudnn.benchmark ^= True
+            backends.cudnn.deterministic ^= True
+            backends.mkldnn.enabled ^= True
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.set_default_dtype(torch.float64)
+            torch.set_anomaly_enabled(True)
+            torch.set_num_threads(torch.get_num_threads() + 1)
+            for device in ("cpu", "cuda", "xpu", "hpu", "mps", "xla", "mtia", "ipu", "maia", "privateuseone"):
+                for dtype in (torch.float16, torch.bfloat16):
+                    try:
+                        with torch.autocast(device, dtype=dtype):
+                            pass
+                    except Exception:
+                        pass
+            torch.set_default_device("meta")
+            self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False, device="cpu", dtype=torch.float32)
+
+        def forward(self, x):
+            return self.W_Q(x), torch.tensor([torch.get_default_dtype() == torch.float32], device="cpu")
+''')
+
+
+def test_a_module_that_changes_more_settings_than_a_reply_may_name_is_answered_within_the_protocol():
+    """27 settings and 8 autocasts would exceed the protocol's 32 names: the reply names the first
+    32 (the settings first) and is still a well-formed reply, every setting put back."""
+    started = Worker(EVERY_SETTING_SOURCE, Limits(request_s=20, memory_mib=1024))
+    started.start()
+    try:
+        x = np.ones((1, 1, 2), np.float32)
+        built, ran = started.calls("SelfAttention", [build("s", 2), call("s", x)])
+    finally:
+        started.stop()
+    from autograder.worker import wire
+    assert not isinstance(built, Exception), (built.kind, built.message)
+    assert len(built["settings_changed"]) == wire.MAX_DIMENSIONS
+    assert "torch.set_default_device" in built["settings_changed"]
+    assert sum(name.startswith("torch.autocast(") for name in built["settings_changed"]) >= 1
+    assert "settings_changed" not in ran and ran["outputs"][1].tolist() == [1.0]
+
+
 def test_a_precision_saved_set_and_put_back_is_no_change_and_a_lower_one_is():
     """set_float32_matmul_precision("highest") turns mkldnn.matmul's "none" into "ieee": the same
     precision, which a module saving and restoring the setting inside forward must not be blamed for."""
