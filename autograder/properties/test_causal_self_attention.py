@@ -362,11 +362,49 @@ def test_train_dropout(worker, dims, seed, p):
         if len(mask["shape"]) != 4:  # a placeholder (a 0-d mask, say) instead of one of block_size
             raise PropertyFailure("cfg_default_mask_shape", default=block, shape=str(tuple(mask["shape"])))
         require(mask["shape"][-1] == block, "cfg_default_not_the_statements", field="block_size", default=block,
-                got=mask["shape"][-1])
+                got=mask["shape"][-1], call="Cfg(n_embd, n_head)")
     for name in ("attn_drop", "resid_drop"):
         if later.dropout_p.get(name) == (p if name == "attn_drop" else 0.0) and name in layers:
             require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",
-                    default=fields["dropout"], got=layers[name])
+                    default=fields["dropout"], got=layers[name], call="Cfg(n_embd, n_head)")
+    if clean:
+        cfg_sizes_default(worker, rng)
+
+
+def cfg_sizes_default(worker, rng):
+    """Cfg() with no field: the statement's n_embd (qkv's weight is (3·n_embd, n_embd)) and n_head
+    (the output of the heads the statement gives, from one call with the grader's parameters; a
+    default of another count matches the reference with that count). Judged where the module is
+    otherwise right (its eval output on the given sizes is the reference's: the caller's `clean`)
+    and its own Cfg has a default for every field; a module of Cfg() that matches no head count
+    is reference_match's."""
+    fields = BUILD_CONFIG[CLS]["fields"]
+    C, heads = fields["n_embd"], fields["n_head"]
+    example(B=2, T=5, config="Cfg()")  # what a failure below is about
+    default = Remote(worker, CLS, load_seed=int(rng.integers(2 ** 31)), defaulted=tuple(fields))
+    try:
+        shapes = default.param_shapes
+    except (SubmissionError, PropertyFailure) as error:
+        if isinstance(error, SubmissionError) and not error.raised:
+            raise
+        return  # no default for some field, or parameters another check names
+    weight = shapes.get("qkv.weight")
+    if weight is None or len(weight) != 2:
+        return
+    require(weight[1] == C, "cfg_default_not_the_statements", field="n_embd", default=C, got=weight[1], call="Cfg()")
+    if tuple(weight) != (3 * C, C) or shapes.get("proj.weight") != (C, C):
+        return
+    x = gaussian(rng, 2, 5, C)
+    try:
+        y = default.run(x).output(0, (2, 5, C), "output")
+    except (SubmissionError, PropertyFailure) as error:
+        if isinstance(error, SubmissionError) and not error.raised:
+            raise
+        return
+    matches = [h for h in range(1, C + 1) if C % h == 0 and
+               np.allclose(y, reference.causal_self_attention(default.params, h, x.astype(np.float64)), atol=1e-5, rtol=1e-4)]
+    if matches and heads not in matches:
+        raise PropertyFailure("cfg_default_not_the_statements", field="n_head", default=heads, got=matches[0], call="Cfg()")
 
 
 @graded(CLS, "gradients")
