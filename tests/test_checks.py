@@ -416,3 +416,16 @@ def test_the_causal_dropout_mask_comes_back_from_the_output_or_not_at_all(heads,
     assert np.array_equal(found[known], kept[known])  # never a wrong bit
     lower = np.broadcast_to(np.tril(np.ones((T, T), bool)), known.shape)
     assert known[lower].mean() > 0.8 and not known[~lower].any()  # most rows told apart, nothing above them
+
+
+def test_the_modules_of_each_submission_are_named_from_zero():
+    """A batch slot grades one submission after another in one grader process: the names of the
+    modules built (which a submission's code can read off its own calls) start again with each
+    worker, so that none tells the next submission how far the one before it got."""
+    from autograder.config import Limits
+    from autograder.worker.client import Worker
+
+    first, second = (Worker("", Limits(request_s=1, memory_mib=64)) for _ in range(2))
+    built = [harness.Remote(first, "SelfAttention", d_model=2).handle for _ in range(3)]
+    assert built == ["0", "1", "2"]
+    assert harness.Remote(second, "SelfAttention", d_model=2).handle == "0"

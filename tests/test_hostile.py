@@ -55,7 +55,8 @@ RESULTS_PLACEHOLDER = '"/autograder/results"'
 
 # Graded in the same run: what the corpus is compared with.
 REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
-              "sa_no_scaling": ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py"}
+              **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"
+                 for name in ("sa_no_scaling", "mha_mask_unsqueezed_in_place", "sa_learnable_temperature")}}
 # Broken files: every test of every class fails with this code.
 WHOLE_FILE = {
     "empty": "submission.missing_class",
@@ -85,7 +86,10 @@ ONE_CLASS = {
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
-                "sa_setsid_sessions"}
+                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode"}
+# A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
+AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
+             "sa_learnable_temperature_dotted_name": "sa_learnable_temperature"}
 # Refused by the Landlock layer, where the kernel has it (landlock.available()): graded only there.
 NEEDS_LANDLOCK = {"sa_pty_hog"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
@@ -170,7 +174,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE)
+    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE)
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -377,6 +381,12 @@ def test_correct_code_attacking_the_grader_scores_as_the_reference(graded, name)
 def test_tampering_earns_nothing(graded, name):
     assert statuses(graded[name]) == statuses(graded["sa_no_scaling"])
     assert graded[name]["results"]["score"] == graded["sa_no_scaling"]["results"]["score"]
+
+
+@pytest.mark.parametrize("name", sorted(AS_HONEST))
+def test_a_mistake_hidden_from_the_worker_costs_what_it_costs_in_the_open(graded, name):
+    assert statuses(graded[name]) == statuses(graded[AS_HONEST[name]])
+    assert graded[name]["results"]["score"] == graded[AS_HONEST[name]]["results"]["score"]
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="only counted as root, where the worker has a uid of its own")

@@ -231,6 +231,13 @@ print("persistent", sorted(set(persistent)) == sorted(honest.state_dict()))
 chosen = child.members(honest, ("tied",))[0]
 print("preferred", "tied.weight" in chosen and "inner.0.weight" not in chosen and len(chosen) == len(params))
 print("lying", [list(part) for part in child.members(Lying())[:2]] == [list(params), list(buffers)])
+dotted = Honest()
+extra = nn.Parameter(torch.ones(1))
+dotted._parameters["a.weight"] = extra  # a key register_parameter refuses, met before a's own weight
+dotted._modules["inner.0"] = nn.Linear(1, 1)  # and a module whose weight spells inner.0.weight
+found = child.members(dotted)[0]
+print("dotted", found["a.weight"] is dotted.a.weight and found["(a.weight)"] is extra
+      and found["inner.0.weight"] is dotted.inner[0].weight and len(found) == len(params) + 3)
 """
 
 
@@ -243,7 +250,7 @@ def test_the_worker_reads_a_modules_members_as_nn_module_keeps_them(tmp_path):
     script.write_text(MEMBERS.format(child_dir=str(CHILD_DIR)), encoding="utf-8")
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["params", "True", "buffers", "True", "modules", "True", "persistent", "True",
-                                      "preferred", "True", "lying", "True"], printed.stderr
+                                      "preferred", "True", "lying", "True", "dotted", "True"], printed.stderr
 
 
 IN_PLACE = r"""

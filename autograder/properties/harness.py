@@ -5,7 +5,6 @@ so the reference it computes describes exactly the module the worker ran.
 """
 import contextlib
 import functools
-import itertools
 import math
 
 import numpy as np
@@ -84,7 +83,6 @@ class Remote:
         self.worker, self.cls = worker, cls
         self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
-        self.handle = str(next(_handles))
         self.layers = CONTRACT_LAYERS[cls]
         self.required = self.layers if required is None else required
         self.load_seed, self.load_scale = load_seed, load_scale
@@ -92,6 +90,7 @@ class Remote:
         if load_scale is not None:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
+        self.handle = str(next(worker.handles))  # the grader names the modules: a request can follow a build unanswered
         by_name = {k: v for k, v in kwargs.items() if k not in positional}
         config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], "fields": {k: v for k, v in BUILD_CONFIG[cls]["fields"].items()
                                                                         if k not in defaulted}}
@@ -282,8 +281,6 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
             "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
             "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference}
 
-
-_handles = itertools.count()  # the grader names the modules, so a request can follow a build unanswered
 
 # Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).
 ARGUMENT_NAMES = {

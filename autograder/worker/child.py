@@ -69,14 +69,20 @@ def members(module, preferred=()):
     finds `self.dropout` however it was made. The persistent names are all of them, as
     state_dict has them. Read from the dictionaries nn.Module keeps them in, not through its
     methods: a submission that overrides named_parameters (to hide a parameter without a
-    gradient, say) changes what its code sees, not what the grader reads."""
-    found = {"param": {}, "buffer": {}}  # id -> [object, [names]], in the order first met
-    transient, modules, persistent = set(), {}, []
+    gradient, say) changes what its code sees, not what the grader reads.
+
+    A key with a dot, written into those dictionaries directly (register_parameter refuses it),
+    spells another member's name: `_parameters["W_Q.weight"]` on the module itself is W_Q's
+    weight to anyone who joins names. What is reached through such a key never takes a name a
+    regular path has, nor hides one, nor joins a layer: it is named in parentheses, "(W_Q.weight)"
+    (an extra parameter then still counts, gets its gradient checked, and is never loaded)."""
+    found = {"param": {}, "buffer": {}}  # id -> [object, [(name, irregular)]], in the order first met
+    transient, regular_modules, irregular_modules, persistent = set(), {}, {}, []
     walked = set()
 
-    def visit(prefix, current, above):
-        modules[prefix] = current
-        if id(current) in above or (id(current) in walked and len(modules) > MAX_NAMES):
+    def visit(prefix, current, above, irregular):
+        (irregular_modules if irregular else regular_modules).setdefault(prefix, current)
+        if id(current) in above or (id(current) in walked and len(regular_modules) + len(irregular_modules) > MAX_NAMES):
             return
         walked.add(id(current))
         own = object.__getattribute__(current, "__dict__")
@@ -85,24 +91,32 @@ def members(module, preferred=()):
         for kind, table in (("param", "_parameters"), ("buffer", "_buffers")):
             for name, value in own.get(table, {}).items():
                 if value is not None:
-                    found[kind].setdefault(id(value), [value, []])[1].append(dotted + name)
+                    found[kind].setdefault(id(value), [value, []])[1].append((dotted + name, irregular or "." in name))
                     if kind == "buffer" and name in skipped:
                         transient.add(id(value))
                     else:
                         persistent.append(dotted + name)
         for name, child in own.get("_modules", {}).items():
             if child is not None:
-                visit(dotted + name, child, above | {id(current)})
+                visit(dotted + name, child, above | {id(current)}, irregular or "." in name)
 
     def named(kind):
-        """{chosen name: object}: a name in a preferred layer, else the first met."""
-        chosen = {}
+        """{chosen name: object}: a regular name in a preferred layer, else the first regular one
+        met; then the objects reached only through dotted keys, each under a name left free."""
+        chosen, irregular = {}, []
         for value, names in found[kind].values():
-            chosen[next((n for n in names if n.split(".", 1)[0] in preferred), names[0])] = value
+            regular = [n for n, odd in names if not odd]
+            if regular:
+                chosen[next((n for n in regular if n.split(".", 1)[0] in preferred), regular[0])] = value
+            else:
+                irregular.append((names[0][0], value))
+        for name, value in irregular:
+            chosen[next(f"({name}){'#' * i}" for i in range(len(chosen) + 1) if f"({name}){'#' * i}" not in chosen)] = value
         return chosen
 
-    visit("", module, frozenset())
+    visit("", module, frozenset(), False)
     buffers = named("buffer")
+    modules = {**regular_modules, **{k: v for k, v in irregular_modules.items() if k not in regular_modules}}
     return (named("param"), buffers, {n for n, b in buffers.items() if id(b) in transient}, modules,
             persistent)
 
@@ -490,11 +504,15 @@ class Worker:
         return torch.from_numpy(array)
 
     def _changed(self, tensor, sent):
-        """Whether the call changed an input in place (values, shape or dtype): the tensor the method
-        got, against a copy of the array sent. A tensor on the meta device has no values to compare."""
+        """Whether the call changed an input in place (values, shape, dtype or class): the tensor the
+        method got, a plain tensor then, against a copy of the array sent. A class assigned to it
+        (`x.__class__ = Subclass`) changes the caller's object too, and would otherwise stand
+        between the grader and its values. A tensor on the meta device has no values to compare."""
         torch = self.torch
+        if type(tensor) is not torch.Tensor:
+            return True
         with torch._C.DisableTorchFunctionSubclass():
-            if type(tensor) is not torch.Tensor or torch.Tensor.is_meta.__get__(tensor):
+            if torch.Tensor.is_meta.__get__(tensor):
                 return False
             if list(tensor.shape) != list(sent.shape) or str(tensor.dtype) != "torch." + wire.DTYPE_NAMES[sent.dtype]:
                 return True

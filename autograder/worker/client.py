@@ -10,6 +10,7 @@ reason instead of each waiting again.
 Nothing the worker sends is believed beyond its plain values: its replies are size-capped
 frames of JSON and raw arrays, its output is kept only up to limits.output_kib per test.
 """
+import itertools
 import os
 import select
 import signal
@@ -83,6 +84,9 @@ class Worker:
         self.layers = []
         self.cuda = None  # sees_cuda's answer, once asked
         self.last_label = {}  # class -> what its latest request called ("forward", "build"...)
+        # Names for the modules built on this worker, from 0 for each submission: a count kept across a
+        # batch slot's submissions would tell the next one how far the last got.
+        self.handles = itertools.count()
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
