@@ -64,8 +64,8 @@ CONFIG = {"class": "Cfg", "fields": {"n_embd": 32, "n_head": 4, "dropout": 0.0}}
 def test_the_worker_builds_a_config_object_from_the_declared_fields():
     """What CausalSelfAttention(cfg) receives without a Cfg of the submission's: a dataclass of the
     declared name, defaults filled in."""
-    cfg = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace())
-    assert type(cfg).__name__ == "Cfg" and (cfg.n_embd, cfg.n_head, cfg.dropout) == (8, 4, 0.0)
+    cfg, not_kept = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace())
+    assert not not_kept and type(cfg).__name__ == "Cfg" and (cfg.n_embd, cfg.n_head, cfg.dropout) == (8, 4, 0.0)
     with pytest.raises(TypeError):
         child.config_object({"class": "Cfg", "fields": {"n_embd": 32}}, {"unknown": 1}, types.SimpleNamespace())
 
@@ -83,19 +83,28 @@ def test_the_submissions_own_config_class_is_used_when_it_takes_the_fields():
         def head_size(self):
             return self.n_embd // self.n_head
 
-    assert child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=Cfg)).head_size == 2
+    assert child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=Cfg))[0].head_size == 2
 
     class Positional:  # refuses the fields as keywords: the grader's own is used
         def __init__(self, n_embd):
             self.n_embd = n_embd
 
-    class Rewrites:  # keeps other values than it was given: the grader's own is used
+    class Rewrites:  # keeps other values than it was given: the grader's own is used, the field named
         def __init__(self, **fields):
             self.__dict__.update(fields, dropout=0.1)
 
-    for own in (Positional, Rewrites, "not a class"):
-        cfg = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=own))
+    class Misspells:  # a typo in __init__: dropout never kept (the class attribute stays)
+        dropout = 0.0
+
+        def __init__(self, n_embd=1, n_head=1, dropout=0.0):
+            self.n_embd, self.n_head, self.droput = n_embd, n_head, dropout
+
+    for own, not_kept in ((Positional, []), (Rewrites, ["dropout"]), ("not a class", [])):
+        cfg, dropped = child.config_object(CONFIG, {"n_embd": 8}, types.SimpleNamespace(Cfg=own))
         assert type(cfg).__name__ == "Cfg" and dataclasses.is_dataclass(cfg) and cfg.dropout == 0.0
+        assert dropped == not_kept
+    cfg, dropped = child.config_object(CONFIG, {"n_embd": 8, "dropout": 0.5}, types.SimpleNamespace(Cfg=Misspells))
+    assert dataclasses.is_dataclass(cfg) and cfg.dropout == 0.5 and dropped == ["dropout"]
 
 
 def test_the_engines_catalogs_name_no_class_or_file_of_the_exercise():

@@ -143,6 +143,7 @@ class Remote:
         size is bounded before anything is drawn for them."""
         self._pending_build = None
         self.settings_changed = info.get("settings_changed", [])  # torch's global settings the build changed
+        self.config_not_kept = info.get("config_not_kept", [])  # fields the submission's config class dropped
         params = info["params"]
         count = sum(math.prod(shape) for shape in params.values())
         if count > MAX_PARAMETER_ELEMENTS:

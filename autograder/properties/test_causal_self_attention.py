@@ -342,6 +342,9 @@ def test_train_dropout(worker, dims, seed, p):
         for fused, evaluated, trained in zip(clean, replies[::2], replies[1::2]):
             evaluated, trained = output(evaluated, rows), output(trained, rows)
             require(((trained == 0) & (evaluated != 0)).any(), "resid_drop_p_not_read", path=f"fused={fused}", p=p)
+    # The submission's own Cfg keeps what it is given (the module was built on the grader's
+    # dataclass where it did not, so that its other checks are about the module).
+    require(not module.config_not_kept, "cfg_fields_not_kept", names=module.config_not_kept)
     # Cfg(n_embd, n_head), without block_size and dropout: the statement's defaults, a mask of
     # block_size 16 and dropout layers of p 0.0, read from the module as built. Judged where the
     # submission's own Cfg takes the other fields by name and has defaults for these (else the

@@ -32,24 +32,38 @@ import wire  # noqa: E402
 
 
 def config_object(config, kwargs, module):
-    """The config object for a class built from one (exercise.yml's `config`): the submission's own
-    config class (module's, of that name) when it takes the fields as keywords and keeps their
-    values (it may add properties its classes read, say cfg.head_size); else the grader's own, a
-    dataclass of that name and fields, so that the submission's is not needed."""
+    """(the config object for a class built from one (exercise.yml's `config`), the fields the
+    submission's own config class took but did not keep). The submission's own config class
+    (module's, of that name) when it takes the fields as keywords and keeps their values (it may
+    add properties its classes read, say cfg.head_size); else the grader's own, a dataclass of that
+    name and fields, so that the submission's is not needed. A class of its own that takes the
+    fields and keeps other values (a typo in its __init__ drops cfg.dropout, say) is a mistake
+    of the submission's, named by the grader: the module is built on the grader's dataclass all
+    the same, so that its other checks judge the module, not the config."""
     values = {**config["fields"], **kwargs}
     own = getattr(module, str(config["class"]), None)
+    not_kept = []
     if isinstance(own, type):
         try:
             made = own(**values)
-            if all(getattr(made, name) == value for name, value in values.items()):
-                return made
         except Exception:  # the submission's class cannot take them: the grader's is used instead
-            pass
+            made = None
+        if made is not None:
+            not_kept = [name for name, value in values.items() if not _keeps(made, name, value)]
+            if not not_kept:
+                return made, []
     declared = [(str(k), type(v), v) for k, v in config["fields"].items()]
     key = (str(config["class"]), repr(declared))
     if key not in _config_classes:  # making a dataclass costs ~1 ms: once per worker, not per build
         _config_classes[key] = dataclasses.make_dataclass(key[0], declared)
-    return _config_classes[key](**values)
+    return _config_classes[key](**values), not_kept
+
+
+def _keeps(made, name, value):
+    try:
+        return bool(getattr(made, name) == value)
+    except Exception:  # no such attribute, or a comparison that raises
+        return False
 
 
 _config_classes = {}
@@ -222,7 +236,7 @@ class Worker:
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
         the parameters the grader chose (parameters.draw) into those layers; with config
         ({"class", "fields"}), pass the constructor one config object (config_object) instead of
-        keywords; with then_set ({"submodule.attribute": value}), set those attributes of the
+        keywords (the fields the submission's own config class did not keep: config_not_kept); with then_set ({"submodule.attribute": value}), set those attributes of the
         built module's submodules that exist, as a user changes a dropout's p after building; with
         args, those arguments first, by position, as the statement's signature orders them; with
         seed None, the generators go on from the request before (what a constructor that raised
@@ -233,7 +247,8 @@ class Worker:
             raise StudentError("missing_class", f"{cls} is not defined as a class")
         if seed is not None:
             self._seed(seed)
-        instance = factory(config_object(config, kwargs, self.module)) if config else factory(*args, **kwargs)
+        config_made, not_kept = config_object(config, kwargs, self.module) if config else (None, [])
+        instance = factory(config_made) if config else factory(*args, **kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
         self.instances[handle] = instance
@@ -244,7 +259,7 @@ class Worker:
             path, _, attribute = dotted.rpartition(".")
             if path in submodules:
                 setattr(submodules[path], attribute, value)
-        return {"params": shapes}
+        return {"params": shapes, **({"config_not_kept": sorted(not_kept)} if not_kept else {})}
 
     def _load(self, handle, module, load):
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's

@@ -7,7 +7,8 @@ submission (submission_errors.SubmissionError "protocol"), never an exception in
 which would be reported as the grading machine's fault.
 
   ready     {"classes": [str]}                       after importing the submission
-  build     {"params": {name: shape}}                the module's parameters
+  build     {"params": {name: shape}}                the module's parameters; may add
+             "config_not_kept": [str] (fields the submission's own config class took but did not keep)
   build and call may add "settings_changed": [str] (torch's global settings the request changed,
              which the worker has put back: child.GlobalSettings; and each lower-precision
              torch.autocast it entered: child.watch_autocast)
@@ -80,6 +81,8 @@ def _settings_changed(reply):
 
 def _build(reply, request):
     _names(reply.get("params"), _is_shape)
+    if "config_not_kept" in reply:
+        _require(_short_names(reply["config_not_kept"]))
     _settings_changed(reply)
 
 
