@@ -1391,7 +1391,10 @@ def gradients_in_calls(module, calls, checked):
                          else "backward_train" if options.get("train")
                          else "backward_mask" if options.get("mask") is not None else "backward_eval")
             message = error.message[len("backward(): "):].split(" Hint: enable anomaly detection")[0]
-            raise call_failure(error, "backward_failed", message=message.rstrip("."), situation=situation)
+            # torch's words for an output with no graph behind it: gradients turned off or the
+            # graph cut in forward, not an in-place operation
+            code = "backward_no_graph" if "does not require grad and does not have a grad_fn" in message else "backward_failed"
+            raise call_failure(error, code, message=message.rstrip("."), situation=situation)
         if not options.get("train"):
             raise error
         evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]

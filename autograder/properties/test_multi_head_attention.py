@@ -142,8 +142,11 @@ def test_split_heads(worker, dims):
     module = build(worker, dims)
     B, T, h = dims["B"], dims["Tq"], dims["h"]
     x = gaussian(rng, B, T, dims["d_model"])
-    got = module.run(x, B, method="split_heads").output(0, (B, h, T, dims["d_model"] // h), "split_heads")
-    expect_close(got, reference.split_heads(x.astype(np.float64), h), "split_heads_mismatch", atol=0, rtol=0)
+    # positionally, then by the statement's argument name (split_heads(x, batch_size=B), as a
+    # user may call it: a parameter renamed B or bsz fails there)
+    for reply in module.runs(((x, B), {"method": "split_heads"}), ((x,), {"method": "split_heads", "batch_size": B})):
+        got = reply.output(0, (B, h, T, dims["d_model"] // h), "split_heads")
+        expect_close(got, reference.split_heads(x.astype(np.float64), h), "split_heads_mismatch", atol=0, rtol=0)
 
 
 @graded(CLS, "rows_sum_to_one")
