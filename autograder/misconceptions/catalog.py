@@ -102,6 +102,13 @@ CATALOG = (
           SA_SCORE_PROPS, [S(SA, "__init__", "self.d_k = d_k", "self.d_k = d_k\nself.d_model = d_model"),
                            R(SA, "forward", SA_SCORES, "Q @ K.transpose(-2, -1) / math.sqrt(self.d_model)")],
           {"scale": "sqrt_d_model"}, seen_in="buggy/sa_sqrt_d_model_scale"),
+    entry("sa_scale_by_length", SA,
+          "Escalas por la raíz del largo de la secuencia (el número de keys), no por √d_k: la escala "
+          "depende de d_k, la dimensión de Q y K, y no de cuántos tokens hay.",
+          "You scale by the square root of the sequence's length (the number of keys), not by √d_k: the "
+          "scale depends on d_k, the size of Q and K, not on how many tokens there are.",
+          SA_SCORE_PROPS, [R(SA, "forward", SA_SCORES, "Q @ K.transpose(-2, -1) / math.sqrt(K.size(-2))")],
+          {"scale": "sqrt_keys"}, seen_in="outside round, session 23 (sa_scale_by_sqrt_T)"),
     entry("sa_softmax_query_axis", SA,
           "Aplicas la softmax sobre el eje de las queries (dim=-2): suman 1 las columnas, no las filas; cada "
           "query debería repartir su atención entre las keys.",
@@ -173,6 +180,20 @@ CATALOG = (
           "You scale by √d_model instead of each head's √d_k (d_k = d_model / h).",
           SA_SCORE_PROPS, [R(MHA, "forward", MHA_SCORES, "Q @ K.transpose(-2, -1) / math.sqrt(self.d_model)")],
           {"scale": "sqrt_d_model"}, probe={"heads": 2}, seen_in="buggy/mha_scale_by_d_model"),
+    entry("mha_scale_by_length", MHA,
+          "Escalas por la raíz del largo de la secuencia de keys, no por √d_k: la escala depende de d_k, "
+          "la dimensión de cada cabeza, y no de cuántos tokens hay.",
+          "You scale by the square root of the key sequence's length, not by √d_k: the scale depends on "
+          "d_k, each head's size, not on how many tokens there are.",
+          SA_SCORE_PROPS, [R(MHA, "forward", MHA_SCORES, "Q @ K.transpose(-2, -1) / math.sqrt(K.size(-2))")],
+          {"scale": "sqrt_keys"}, probe={"heads": 2}, seen_in="outside round, session 23 (sa_scale_by_sqrt_T, other class)"),
+    entry("mha_scale_integer_root", MHA,
+          "Divides por math.isqrt(d_k), la raíz entera: solo es √d_k cuando d_k es un cuadrado perfecto "
+          "(con d_k = 8 divides por 2 y no por 2.83). Usa math.sqrt(d_k).",
+          "You divide by math.isqrt(d_k), the integer root: it is √d_k only when d_k is a perfect square "
+          "(with d_k = 8 you divide by 2, not 2.83). Use math.sqrt(d_k).",
+          SA_SCORE_PROPS, [R(MHA, "forward", MHA_SCORES, "Q @ K.transpose(-2, -1) / math.isqrt(self.d_k)")],
+          {"scale": "isqrt_d_k"}, probe={"heads": 2, "d_k": 3}, seen_in="outside round, session 23 (mha_scale_isqrt)"),
     entry("mha_scale_by_d_k", MHA,
           "Divides por d_k, no por √d_k: con d_k grande la softmax se aplana.",
           "You divide by d_k, not by √d_k: with a large d_k the softmax flattens out.",

@@ -16,11 +16,13 @@ is the rate it was built with. Where a computation needs masks that were not giv
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..properties import reference
 
-SCALES = ("sqrt_d_k", "none", "d_k", "sqrt_d_model")
+SCALES = ("sqrt_d_k", "none", "d_k", "sqrt_d_model", "isqrt_d_k", "sqrt_keys")
 
 
 def softmax(scores, axis=-1):
@@ -31,8 +33,10 @@ def softmax(scores, axis=-1):
         return exp / exp.sum(axis=axis, keepdims=True)
 
 
-def scale_factor(kind, d_k, d_model):
-    """What the scores are multiplied by: 1/√d_k (correct), 1 (none), 1/d_k, 1/√d_model."""
+def scale_factor(kind, d_k, d_model, keys):
+    """What the scores are multiplied by: 1/√d_k (correct), 1 (none), 1/d_k, 1/√d_model, 1 over
+    the integer square root of d_k (math.isqrt: right only where d_k is a square), 1/√(the number
+    of keys) (the sequence's length, read off K's shape)."""
     if kind == "sqrt_d_k":
         return 1.0 / np.sqrt(d_k)
     if kind == "none":
@@ -41,6 +45,10 @@ def scale_factor(kind, d_k, d_model):
         return 1.0 / d_k
     if kind == "sqrt_d_model":
         return 1.0 / np.sqrt(d_model)
+    if kind == "isqrt_d_k":
+        return 1.0 / math.isqrt(d_k)
+    if kind == "sqrt_keys":
+        return 1.0 / np.sqrt(keys)
     raise ValueError(f"unknown scale {kind!r}: one of {SCALES}")
 
 
@@ -94,7 +102,7 @@ def self_attention(params, x, mask=None, *, scale="sqrt_d_k", value_from_key=Fal
 
     scale: one of SCALES; value_from_key: the output is weights @ K; further switches: attend's."""
     q, k, v = (reference.linear(x, params, name) for name in ("W_Q", "W_K", "W_V"))
-    factor = scale_factor(scale, q.shape[-1], x.shape[-1])
+    factor = scale_factor(scale, q.shape[-1], x.shape[-1], k.shape[-2])
     return attend(q, k, k if value_from_key else v, mask, scale=factor, **switches)
 
 
@@ -137,7 +145,7 @@ def multi_head_attention(params, heads, query, key, value, mask=None, *, train=F
     def drop_weights(a):
         return dropout(a, "weights", drop, rate)
 
-    context, weights = attend(q, k, v, mask, scale=scale_factor(scale, d_k, d_model),
+    context, weights = attend(q, k, v, mask, scale=scale_factor(scale, d_k, d_model, k.shape[-2]),
                               drop_scores=drop_weights if dropout_at == "scores" else None,
                               drop_weights=drop_weights if dropout_at in ("weights", "undropped_output") else None,
                               output_from_undropped=dropout_at == "undropped_output", **switches)
@@ -192,7 +200,7 @@ def causal_self_attention(params, heads, x, *, block_size=None, fused=False, tra
             raise ValueError(f"the mask rows {mask_rows} of block_size {block_size} do not fit T={time}")
         # mask_blocks=0: False (the future) blocks; 1: True (the past and the token itself) blocks
         rate = p if attn_drop == "weights" and (train or attn_drop_in_eval) else 0.0
-        y, _ = attend(q, k, v, rows.astype(np.float64), scale=scale_factor(scale, hs, width), mask_blocks=mask_blocks,
+        y, _ = attend(q, k, v, rows.astype(np.float64), scale=scale_factor(scale, hs, width, k.shape[-2]), mask_blocks=mask_blocks,
                       drop_weights=lambda a: dropout(a, "weights", drop, rate), **switches)
     merged = reference.merge_heads(y) if merge_transpose else y.reshape(batch, time, width)
     rate = p if train else 0.0
