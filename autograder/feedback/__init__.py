@@ -280,7 +280,9 @@ def _call(call, cls, labels):
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             dtype = call.get(f"{key}_dtype")
             arguments.append(f"{key} {tuple(value)}" + (f" {dtype}" if dtype else ""))
-        elif value is not None and value is not False:
+        elif value is None:  # a keyword argument passed as None (describe_call keeps no other None)
+            arguments.append(f"{key}=None")
+        elif value is not False:
             arguments.append(f"{key}={value!r}")
     shown = labels["call"].format(call=f"{cls if method == '__init__' else method}({', '.join(arguments)})")
     modes = [labels["call_train"]] if call.get("train") else []

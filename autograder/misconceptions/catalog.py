@@ -212,10 +212,12 @@ CATALOG = (
           [R(MHA, "forward", 'scores.masked_fill(mask == 0, float("-inf"))', 'scores.masked_fill(mask == 1, float("-inf"))')],
           {"mask_blocks": 1}, probe={"mask": True}, seen_in="buggy/mha_mask_flipped"),
     entry("mha_mask_without_head_axis", MHA,
-          "No agregas el eje de las cabezas a una máscara (B, Tq, Tk): se difunde contra (h, Tq, Tk), así que "
-          "el batch se confunde con las cabezas (o falla si B ≠ h).",
-          "You do not add the head axis to a (B, Tq, Tk) mask: it broadcasts against (h, Tq, Tk), so the batch "
-          "is mistaken for the heads (or it fails when B ≠ h).",
+          "A una máscara (B, Tq, Tk) no le agregas el eje de las cabezas en la posición 1 (mask.unsqueeze(1); "
+          "sin él, o con unsqueeze(0), su batch queda frente a las cabezas): se difunde contra (h, Tq, Tk), así "
+          "que el batch se confunde con las cabezas (o falla si B ≠ h).",
+          "You do not add the head axis to a (B, Tq, Tk) mask at position 1 (mask.unsqueeze(1); without it, or "
+          "with unsqueeze(0), its batch faces the heads): it broadcasts against (h, Tq, Tk), so the batch is "
+          "mistaken for the heads (or it fails when B ≠ h).",
           ("masked_zero", "rows_sum_to_one", "reference_match", "large_inputs", "device"),
           [S(MHA, "forward", "if mask.dim() == 3:\n    mask = mask.unsqueeze(1)", "")],
           {"mask_head_axis": False}, probe={"mask": True, "batch": 2, "heads": 2},

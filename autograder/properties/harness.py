@@ -165,7 +165,9 @@ class Remote:
         for layer, weight in self.layer_shapes.items():
             for name, expected in ((f"{layer}.weight", tuple(weight)), (f"{layer}.bias", tuple(weight[:1]))):
                 if name in shapes and shapes[name] != expected:
-                    raise PropertyFailure("layer_shape", name=name, expected=list(expected), got=list(shapes[name]))
+                    transposed = tuple(reversed(shapes[name])) == expected
+                    raise PropertyFailure("layer_shape" if transposed else "layer_size", name=name,
+                                          expected=list(expected), got=list(shapes[name]))
 
     @property
     def param_shapes(self):
@@ -300,7 +302,8 @@ def describe_call(cls, op, args):
     """A build or call request as a failure's example shows it: plain JSON, language-neutral and
     the same on every run. The method; each array argument's shape (with its dtype where it is not
     float32, and always for a mask), or the earlier argument it is (`value_is: "key"`); other
-    arguments and switches only when set (not None, False, 0, empty or "cpu"). None for the other
+    arguments and switches only when set (not None, False, 0, empty or "cpu"), but a keyword
+    argument of the method always (mask=None). None for the other
     requests (describe, probe)."""
     if op == "build":  # arguments by position shown as values, before the keywords
         by_position = ", ".join(repr(_plain_value(v)) for v in args.get("args", ()))
@@ -311,6 +314,7 @@ def describe_call(cls, op, args):
     names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))
     named = [(names[i] if i < len(names) else f"arg{i}", value) for i, value in enumerate(args["args"])]
     named += list(args["kwargs"].items())
+    keywords = set(args["kwargs"])  # passed by name even when None: forward(x, mask=None) can raise on the name
     named += [(SET_SWITCHES[key], True) if key in SET_SWITCHES and value is not None else (SWITCH_NAMES.get(key, key), value)
               for key, value in args.items() if key not in INTERNAL_SWITCHES]
     described, arrays = {"method": args["method"]}, []
@@ -325,7 +329,7 @@ def describe_call(cls, op, args):
             described[name] = list(value.shape)
             if name == "mask" or value.dtype != np.float32:
                 described[f"{name}_dtype"] = value.dtype.name
-        elif not _unset(value):
+        elif not _unset(value) or (value is None and name in keywords):
             described[name] = _plain_value(value)
     return described
 
@@ -340,7 +344,7 @@ def _plain_value(value):
         return value.item()
     if isinstance(value, (list, tuple)):
         return [_plain_value(v) for v in value]
-    return value if isinstance(value, (bool, int, float, str)) else repr(value)
+    return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
 
 
 _MASK_FORMS_JUDGED = []  # non-empty inside mask_forms_judged()
