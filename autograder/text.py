@@ -54,11 +54,21 @@ def json_needs_cleaning(raw):
 
 
 def clean_tree(value):
-    """clean() applied to every string (keys included) of a JSON-like value."""
+    """clean() applied to every string of a JSON-like value; a key clean() would change is escaped
+    instead (`\\u200b`, _clean_key): two keys that differ only by what clean() takes away (a name
+    with a zero-width space beside the same name without it) stay two keys, neither hiding the other."""
     if isinstance(value, str):
         return clean(value)
     if isinstance(value, dict):
-        return {clean_tree(k): clean_tree(v) for k, v in value.items()}
+        return {_clean_key(k): clean_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean_tree(v) for v in value]
     return value
+
+
+def _clean_key(key):
+    """The key, or, where clean() would change it or it holds a backslash, its escaped form: an
+    escaped form always holds a backslash and comes from one key alone, so no two keys meet."""
+    if not isinstance(key, str) or ("\\" not in key and clean(key) == key):
+        return key
+    return key.encode("unicode_escape", "backslashreplace").decode("ascii")

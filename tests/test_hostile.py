@@ -86,10 +86,15 @@ ONE_CLASS = {
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
-                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode"}
+                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode", "csa_qkv_swapped_for_a_scalar_in_inference_mode"}
 # A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
-             "sa_learnable_temperature_dotted_name": "sa_learnable_temperature"}
+             "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",
+             "sa_temperature_under_empty_key": "sa_learnable_temperature",
+             "sa_temperature_zero_width_name": "sa_learnable_temperature"}
+# Outputs of a dtype the grader refuses (complex: its real part alone would pass): every test of
+# that class that runs forward fails with this code, or for want of a test that does.
+REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}
 # Refused by the Landlock layer, where the kernel has it (landlock.available()): graded only there.
 NEEDS_LANDLOCK = {"sa_pty_hog"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
@@ -174,7 +179,8 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE)
+    expected = (set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | set(REFUSED_OUTPUT)
+                | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE))
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -387,6 +393,18 @@ def test_tampering_earns_nothing(graded, name):
 def test_a_mistake_hidden_from_the_worker_costs_what_it_costs_in_the_open(graded, name):
     assert statuses(graded[name]) == statuses(graded[AS_HONEST[name]])
     assert graded[name]["results"]["score"] == graded[AS_HONEST[name]]["results"]["score"]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_OUTPUT))
+def test_an_output_of_a_refused_dtype_fails_with_its_own_code(graded, name):
+    attacked, code = REFUSED_OUTPUT[name]
+    for cls, outcomes in by_class(graded[name]).items():
+        failed = [o for o in outcomes if o.status != "passed"]
+        if cls != attacked:
+            assert not failed, cls
+            continue
+        assert failed and {o.code for o in failed if o.status == "error"} == {code}
+        assert {o.prop for o in outcomes if o.status == "passed"} <= {"parameter_count", "split_heads"}
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="only counted as root, where the worker has a uid of its own")

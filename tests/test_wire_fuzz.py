@@ -11,7 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -204,3 +204,17 @@ def test_clean_tree_is_skipped_only_where_it_would_change_nothing(value, ascii_o
         return
     if not json_needs_cleaning(raw):
         assert clean_tree(decoded) == decoded
+
+
+@FUZZ
+@given(keys=st.lists(JSON_TEXT, max_size=6, unique=True))
+@example(keys=["W_Q.weight", "W_Q\u200b.weight", "W_Q\u034f.weight", "W_Q\\u200b.weight"])
+def test_clean_tree_keeps_every_key_apart_and_clean(keys):
+    """A reply's names are keys: "W_Q\\u200b.weight" cleaned into "W_Q.weight" replaced the real
+    weight's entry, and an extra parameter went uncounted. Keys clean() would change are escaped
+    instead: as many keys come out as went in, each clean."""
+    from autograder.text import clean, clean_tree
+
+    cleaned = clean_tree(dict.fromkeys(keys, 0))
+    assert len(cleaned) == len(keys)
+    assert all(clean(key) == key for key in cleaned)

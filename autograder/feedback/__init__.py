@@ -62,13 +62,16 @@ class _Formatter(string.Formatter):
       template says "{count} {count:valor|valores}" or "{what} {what:difiere|difieren}".
     - a list of names is written "W_Q.weight, W_K.weight" (the first LISTED_NAMES, then how many
       more); a list of integers (a shape, an index)
-      as a tuple, "(2, 3, 4)", as the call in the example line writes shapes.
+      as a tuple, "(2, 3, 4)", as the call in the example line writes shapes; "{got:shape}" writes
+      a shape so even when it is empty, "()".
     """
 
     def format_field(self, value, spec):
         if "|" in spec:
             one, many = spec.split("|", 1)
             return value if isinstance(value, _Missing) else many if _plural(value) else one
+        if isinstance(value, list) and spec == "shape":  # a 0-d tensor's too: "()", as torch writes it
+            return str(tuple(value))
         if isinstance(value, list) and not spec:
             return _listed(value)
         return super().format_field(value, spec)

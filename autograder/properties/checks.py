@@ -260,6 +260,8 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
     {name: [(start, stop)]}, blocks of a parameter's rows that must each get a gradient: qkv's
     query and key rows set to zero (bias included) make every score 0 and get none, ever, while its
     value rows get one.
+    - The first call runs under inference_mode as it runs without it (an evaluation loop's
+      torch.inference_mode() is as ordinary as torch.no_grad(); fails_under_inference_mode).
     - That call runs: a tensor forward kept from the first call is an inference tensor, which
       autograd cannot save (grad_after_inference_mode; confirmed on a second fresh module, where
       the same call alone runs).
@@ -276,7 +278,10 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
     graded = (args, {"grad": True, **({"backward_from": 1} if weights else {}), **({"reload": reload} if reload else {})})
     replies, failed = runs_until_failure(fresh(), (args, {"inference": True}), graded)
     if failed:
-        if failed[0] == 0:
+        if failed[0] == 0:  # a forward that runs, but not under inference_mode (an evaluation loop's)
+            _, plain = runs_until_failure(fresh(), (args, {}))
+            if plain is None:
+                raise call_failure(failed[1], "fails_under_inference_mode")
             return
         _, error = runs_until_failure(fresh(), graded)
         if error is None:
@@ -292,16 +297,21 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
             if failure.code == "zero_gradient":
                 raise PropertyFailure("initial_gradients_zero", names=failure.params["names"]) from None
             return
-        # (a layer the fresh module no longer has, renamed by its own code since it was built, is
-        # not judged here: what it computes is, with the grader's parameters, everywhere else)
-        dead = [f"{name}[{start}:{stop}]" for name, blocks in (rows or {}).items() if name in grads
-                for start, stop in blocks if not np.any(grads[name][start:stop])]
+        # (a layer the fresh module no longer has, or has of another shape, replaced by its own
+        # code since it was built, is not judged here: what it computes is, with the grader's
+        # parameters, everywhere else)
+        dead = [f"{name}[{start}:{stop}]" for name, blocks in (rows or {}).items()
+                for start, stop in blocks if _has_rows(grads.get(name), stop) and not np.any(grads[name][start:stop])]
         require(not dead, "initial_gradients_zero", names=dead)
         return
     cut = [name for name in weights if grads.get(name) is None]
     require(not cut, "weights_detached", names=cut)
     zero = [name for name in weights if np.isfinite(grads[name]).all() and not np.any(grads[name])]
     require(not zero, "initial_gradients_zero", names=zero)
+
+
+def _has_rows(grad, stop):
+    return isinstance(grad, np.ndarray) and grad.ndim == 2 and grad.shape[0] >= stop
 
 
 DROPOUT_REDRAWS = 2
@@ -1162,10 +1172,20 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                 if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected):
                     failure = PropertyFailure("reference_mismatch_at", **{
                         k: v for k, v in failure.params.items() if k not in said})
+                if what == "output" and not calls[i][1].get("train") and weights_right(got, expected(i)):
+                    # the weights it returns are the reference's: the output comes from elsewhere
+                    failure = PropertyFailure("output_not_from_weights", **{
+                        k: v for k, v in failure.params.items() if k not in said})
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise failure from None
     if another is not None:
         unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def weights_right(got, expected):
+    """Whether a call returned weights (a class whose forward returns them) and they match."""
+    pairs = [(a, e) for a, e in zip(got, expected) if e[3] == "weights"]
+    return bool(pairs) and all(within_reference([a], [e]) for a, e in pairs)
 
 
 def others_match(replies, index, shaped, expected):
@@ -1378,8 +1398,9 @@ def nan_in_closed_columns(weights, blocked):
 def gradients_in_calls(module, calls, checked):
     """Calls with grad=True in one exchange; checked(i, reply) judges each. A backward that raises
     (an in-place operation on a tensor autograd saved, say) fails as backward_failed, naming the
-    situation of the call (train mode, mask). A forward pass that raises in train mode alone is
-    train_dropout's business: then the eval calls are judged alone."""
+    situation of the call (train mode, mask). A forward pass that raises in train mode alone, with
+    autograd on or off, is train_dropout's business: then the eval calls are judged alone; one
+    that raises only with both is this property's."""
     from .harness import call_failure, runs_until_failure
 
     replies, failed = runs_until_failure(module, *calls)
@@ -1396,6 +1417,13 @@ def gradients_in_calls(module, calls, checked):
             code = "backward_no_graph" if "does not require grad and does not have a grad_fn" in message else "backward_failed"
             raise call_failure(error, code, message=message.rstrip("."), situation=situation)
         if not options.get("train"):
+            raise error
+        # train_dropout runs train mode without autograd: a forward that raises only with both
+        # (a module that refuses to be trained) is this property's to name
+        args, _ = calls[index]
+        _, without_grad = runs_until_failure(module, (args, {**options, "grad": False, "upstream": None,
+                                                             "input_grads": (), "backward_from": 0}))
+        if without_grad is None:
             raise error
         evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]
         replies = dict(zip(evaluated, module.runs(*(calls[i] for i in evaluated))))

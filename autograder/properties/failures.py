@@ -24,6 +24,14 @@ def example(**dims):
     _exchanges.clear()
 
 
+def example_dims(**dims):
+    """Show these dims as the example instead of the drawn ones (a failure about a call on
+    another module of the example, of another block_size, say), keeping what the example
+    exchanged for its diagnosis."""
+    _current_example.clear()
+    _current_example.update({k: _plain(v) for k, v in dims.items()})
+
+
 def exchanged(module, calls, replies):
     """Remember what a module was asked and answered in this example: a failure raised later in the
     example is diagnosed from it (diagnosis.on_failure). References only: nothing is computed."""

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, calling, close, example, expect_close, require
+from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, long_time, one_row,
                       runs_until_failure)
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
@@ -558,6 +558,7 @@ def fused_at_every_scale_and_length(worker, dims, rng):
         right = checks.within_reference([explicit], [(want, bound, scale, "output")])
         if not right and close(fused, explicit, atol=checks.REFERENCE_ATOL * scale):
             continue  # one mistake on both paths: reference_match's
+        example_dims(**shape, dropout=0.3)
         calling(reply.call)
         checks.matches_reference(fused, want, bound, "fused_only_mismatch_at" if right else "both_paths_mismatch_at",
                                  scale, positions=shape["T"], block_size=shape["block_size"], scale=scale)
@@ -577,11 +578,16 @@ def test_fused_calls_sdpa(worker, dims):
     module, rng = loaded(worker, dims)  # the grader's values: a proj that starts at zero hides nothing
     x = inputs(rng, dims)
     sdpa = ["scaled_dot_product_attention"]
-    reply, rolled, default, explicit = module.runs(((x,), {"fused": True, "trace": sdpa}),
-                                                   ((x,), {"fused": True, "rolled": sdpa}),
-                                                   ((x,), {"trace": sdpa}), ((x,), {"fused": False, "trace": sdpa}))
+    reply, rolled, default, explicit, trained, graded = module.runs(
+        ((x,), {"fused": True, "trace": sdpa}), ((x,), {"fused": True, "rolled": sdpa}),
+        ((x,), {"trace": sdpa}), ((x,), {"fused": False, "trace": sdpa}),
+        ((x,), {"fused": True, "trace": sdpa, "train": True}), ((x,), {"fused": True, "trace": sdpa, "grad": True}))
     got = output(reply, dims)
-    require(reply.traced.get(sdpa[0], 0) >= 1, "sdpa_not_called")
+    # in eval without autograd, in train mode, and with autograd on: a fused path taken only in
+    # one of them (`if fused and not self.training`) gives the explicit path's output on a CPU
+    for when, traced in (("eval", reply), ("train", trained), ("grad", graded)):
+        require(traced.traced.get(sdpa[0], 0) >= 1, "sdpa_not_called" if when == "eval" else "sdpa_not_called_when",
+                train=when == "train")
     require(not np.array_equal(got, output(rolled, dims), equal_nan=True), "sdpa_result_unused")
     require(default.traced.get(sdpa[0], 0) == explicit.traced.get(sdpa[0], 0)
             and np.array_equal(output(default, dims), output(explicit, dims), equal_nan=True), "fused_not_false_by_default")

@@ -85,9 +85,10 @@ def members(module, preferred=()):
     methods: a submission that overrides named_parameters (to hide a parameter without a
     gradient, say) changes what its code sees, not what the grader reads.
 
-    A key with a dot, written into those dictionaries directly (register_parameter refuses it),
-    spells another member's name: `_parameters["W_Q.weight"]` on the module itself is W_Q's
-    weight to anyone who joins names. What is reached through such a key never takes a name a
+    A key with a dot, or an empty one, written into those dictionaries directly (register_parameter
+    refuses both), spells another member's name: `_parameters["W_Q.weight"]` on the module itself,
+    or `_modules[""]` holding a W_Q, is W_Q's weight to anyone who joins names (regular keys,
+    non-empty and without a dot, join into names no two paths share). What is reached through such a key never takes a name a
     regular path has, nor hides one, nor joins a layer: it is named in parentheses, "(W_Q.weight)"
     (an extra parameter then still counts, gets its gradient checked, and is never loaded)."""
     found = {"param": {}, "buffer": {}}  # id -> [object, [(name, irregular)]], in the order first met
@@ -105,14 +106,14 @@ def members(module, preferred=()):
         for kind, table in (("param", "_parameters"), ("buffer", "_buffers")):
             for name, value in own.get(table, {}).items():
                 if value is not None:
-                    found[kind].setdefault(id(value), [value, []])[1].append((dotted + name, irregular or "." in name))
+                    found[kind].setdefault(id(value), [value, []])[1].append((dotted + name, irregular or _odd(name)))
                     if kind == "buffer" and name in skipped:
                         transient.add(id(value))
                     else:
                         persistent.append(dotted + name)
         for name, child in own.get("_modules", {}).items():
             if child is not None:
-                visit(dotted + name, child, above | {id(current)}, irregular or "." in name)
+                visit(dotted + name, child, above | {id(current)}, irregular or _odd(name))
 
     def named(kind):
         """{chosen name: object}: a regular name in a preferred layer, else the first regular one
@@ -133,6 +134,11 @@ def members(module, preferred=()):
     modules = {**regular_modules, **{k: v for k, v in irregular_modules.items() if k not in regular_modules}}
     return (named("param"), buffers, {n for n, b in buffers.items() if id(b) in transient}, modules,
             persistent)
+
+
+def _odd(name):
+    """A key nn.Module's register_* methods refuse: one that can make a joined name another's."""
+    return not isinstance(name, str) or not name or "." in name
 
 
 class StudentError(Exception):
@@ -377,6 +383,9 @@ class Worker:
         for value in outputs:
             if type(value) is not torch.Tensor:
                 raise StudentError("bad_output", type(value).__name__)  # the type's name: the feedback words it
+            with torch._C.DisableTorchFunctionSubclass():
+                if torch.Tensor.is_complex(value):  # its real part alone would pass for the output
+                    raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
         returned = [self._to_numpy(v) for v in outputs]
         reply = {"outputs": returned, "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()

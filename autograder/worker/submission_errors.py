@@ -24,6 +24,7 @@ KINDS = {
     "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
     "not_a_module": Kind(reported=True, input_dependent=True),
     "output_shape": Kind(reported=True, input_dependent=True),
+    "output_dtype": Kind(reported=True, input_dependent=True),
     "grad_disabled": Kind(reported=True, input_dependent=True),
     "unreadable_output": Kind(reported=True, input_dependent=True),
     "output_too_large": Kind(reported=True, input_dependent=True),
