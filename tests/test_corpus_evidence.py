@@ -982,3 +982,71 @@ def test_query_and_key_rows_started_at_zero_never_get_a_gradient_while_a_zero_pr
         seen.append(bool(csa.qkv.weight.grad.any()))
         optimizer.step()
     assert seen == [False, True]
+
+
+# ---- session 23's outside rounds ----------------------------------------------------------------
+def test_a_scale_read_off_the_sequence_length_is_wrong_wherever_t_is_not_d_k():
+    sa = load("sa_scale_by_sequence_length").SelfAttention(4).double().eval()
+    for T, wrong in ((4, False), (9, True)):  # d_k = 4: right only at T = 4
+        x = torch.randn(2, T, 4)
+        gap = (sa(x)[0] - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0]).abs().max()
+        assert (gap > 1e-3) == wrong, (T, float(gap))
+
+
+def test_an_integer_root_scale_is_wrong_wherever_d_k_is_not_a_square():
+    for d_model, heads, wrong in ((8, 2, False), (16, 2, True)):  # d_k 4 (a square), then 8
+        mha = load("mha_scale_integer_root").MultiHeadAttention(d_model, heads, 0.0).double().eval()
+        query = torch.randn(2, 3, d_model)
+        gap = (mha(query, query, query)[0] - multi_head(mha, query, query, query)[0]).abs().max()
+        assert (gap > 1e-3) == wrong, (d_model, float(gap))
+
+
+def test_an_eval_output_from_sdpa_with_a_float_mask_ignores_it_while_the_weights_obey_it():
+    mha = load("mha_output_from_sdpa_with_float_mask").MultiHeadAttention(4, 2, 0.0).double().eval()
+    mask = (torch.rand(2, 3, 5) > 0.4).double()
+    mask[..., 0] = 1
+    got, expected = mha(QUERY, KEY, KEY, mask), multi_head(mha, QUERY, KEY, KEY, mask)
+    assert torch.allclose(got[1], expected[1])  # the weights returned are the statement's
+    assert (got[0] - expected[0]).abs().max() > 1e-2  # the output is not
+    boolean = mha(QUERY, KEY, KEY, mask.bool())  # the same mask as bool is right
+    assert torch.allclose(boolean[0], expected[0])
+
+
+def test_a_cfg_that_drops_dropout_builds_a_module_that_never_drops():
+    module = load("causal_cfg_drops_dropout")
+    cfg = config(module, dropout=0.5)
+    assert cfg.dropout == 0.0  # the class attribute: the value given went to cfg.droput
+    attention_layer = module.CausalSelfAttention(cfg).train()
+    x = torch.randn(4, 8, 8)
+    assert torch.allclose(attention_layer(x), causal(attention_layer, x))  # nothing dropped in train()
+
+
+@pytest.mark.parametrize("name, field, default", [("causal_cfg_default_n_head_changed", "n_head", 4),
+                                                  ("causal_cfg_default_n_embd_changed", "n_embd", 32)])
+def test_a_changed_cfg_default_builds_another_module_from_cfg(name, field, default):
+    module = load(name)
+    assert getattr(module.Cfg(), field) != default
+    layer = module.CausalSelfAttention(module.Cfg()).eval()
+    x = torch.randn(2, 5, 32)
+    if field == "n_embd":
+        with pytest.raises(RuntimeError):  # a module of width 64 cannot take the statement's inputs
+            layer(x)
+    else:
+        statement = type("Heads", (), {})()
+        statement.n_head, statement.qkv, statement.proj = 4, layer.qkv, layer.proj
+        assert (layer(x) - causal(statement, x)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["causal_fused_only_in_eval", "causal_fused_only_without_grad"])
+def test_a_fused_path_taken_only_sometimes_calls_no_sdpa_in_train_or_with_autograd(name, monkeypatch):
+    module = load(name)
+    layer = module.CausalSelfAttention(config(module, dropout=0.0))
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        layer.eval()(x, fused=True)
+    assert calls == [1]
+    layer.train()(x, fused=True)  # train mode, autograd on
+    assert calls == [1]
