@@ -86,7 +86,8 @@ ONE_CLASS = {
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
-                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode", "csa_qkv_swapped_for_a_scalar_in_inference_mode"}
+                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode", "csa_qkv_swapped_for_a_scalar_in_inference_mode",
+                "csa_cfg_bias_resized_for_bare_cfg"}
 # A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
              "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",
@@ -95,6 +96,9 @@ AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_pla
 # Outputs of a dtype the grader refuses (complex: its real part alone would pass): every test of
 # that class that runs forward fails with this code, or for want of a test that does.
 REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}
+# Files that once made the grader fail on its own (exit 4): held to what holds for every file
+# (test_grading_is_bounded_valid_and_leaves_nothing, no grader error among them), nothing more.
+GRADER_ONCE_FAILED = {"mha_meta_output_under_grad"}
 # Refused by the Landlock layer, where the kernel has it (landlock.available()): graded only there.
 NEEDS_LANDLOCK = {"sa_pty_hog"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
@@ -180,7 +184,7 @@ def corpus():
 
 def test_every_corpus_file_has_an_expectation():
     expected = (set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | set(REFUSED_OUTPUT)
-                | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE))
+                | GRADER_ONCE_FAILED | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE))
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
 
@@ -294,6 +298,7 @@ def test_grading_is_bounded_valid_and_leaves_nothing(graded, name):
     assert results["score"] == sum(test["score"] for test in results["tests"] if test["status"] == "passed")
     assert report["left"] == []
     assert report["residue"] == []  # no process, shared-folder file or IPC object of its uids
+    assert [o.prop for o in report["outcomes"] if o.code == "grader_error"] == []  # always the project's bug
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="isolation layers exist only as root")

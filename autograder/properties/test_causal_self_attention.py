@@ -395,8 +395,9 @@ def cfg_sizes_default(worker, rng):
     if weight is None or len(weight) != 2:
         return
     require(weight[1] == C, "cfg_default_not_the_statements", field="n_embd", default=C, got=weight[1], call="Cfg()")
-    if tuple(weight) != (3 * C, C) or shapes.get("proj.weight") != (C, C):
-        return
+    statement = {"qkv.weight": (3 * C, C), "qkv.bias": (3 * C,), "proj.weight": (C, C), "proj.bias": (C,)}
+    if any(shapes.get(name, shape) != shape for name, shape in statement.items()):
+        return  # layers of other sizes: parameter_count's and the loaded module's to name
     x = gaussian(rng, 2, 5, C)
     try:
         y = default.run(x).output(0, (2, 5, C), "output")
@@ -435,6 +436,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
 
     def checked(i, reply):
         if i > 0 and right[0] and not checks.outputs_finite(reply):
+            checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN in train mode alone (dropout before the softmax, 0 · -inf): train_dropout's, as a raise there
         checks.forward_finite(reply, "output_nan_upstream")  # NaN rows (a mask that closes a whole row): causality's
         if i == 0:

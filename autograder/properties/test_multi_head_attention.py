@@ -426,6 +426,7 @@ def test_gradients(worker, dims, p, seed, data):
 
     def checked(i, reply):
         if i > 0 and not checks.outputs_finite(reply):
+            checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
             if i == 0:

@@ -212,6 +212,7 @@ def test_gradients(worker, dims, data):
 
     def checked(i, reply):
         if i > 0 and not checks.outputs_finite(reply):
+            checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
         if i < 2:
             checks.gradients_reach_every_parameter(reply, biased=False)
