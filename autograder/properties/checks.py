@@ -1438,8 +1438,7 @@ def gradients_in_calls(module, calls, checked):
         # train_dropout runs train mode without autograd: a forward that raises only with both
         # (a module that refuses to be trained) is this property's to name
         args, _ = calls[index]
-        _, without_grad = runs_until_failure(module, (args, {**options, "grad": False, "upstream": None,
-                                                             "input_grads": (), "backward_from": 0}))
+        _, without_grad = runs_until_failure(module, (args, without_autograd(options)))
         if without_grad is None:
             raise error
         evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]
@@ -1460,8 +1459,7 @@ def not_finite_for_autograd_alone(module, call):
     from .harness import runs_until_failure
 
     args, options = call
-    replies, failed = runs_until_failure(module, (args, {**options, "grad": False, "upstream": None,
-                                                         "input_grads": (), "backward_from": 0}))
+    replies, failed = runs_until_failure(module, (args, without_autograd(options)))
     require(failed is not None or not outputs_finite(replies[0]), "output_not_finite_with_autograd",
             train=bool(options.get("train")))
 
@@ -1498,11 +1496,16 @@ def right_with_autograd(module, call, reply, expected, bound):
     if agrees_with_reference(reply, 0, expected, bound):
         return True
     args, options = call
-    plain = {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads")}
-    again = module.run(*args, **plain)
+    again = module.run(*args, **without_autograd(options))
     calling(reply.call)  # the failure is about the call with autograd on
     require(not agrees_with_reference(again, 0, expected, bound), "output_depends_on_grad_mode")
     return False
+
+
+def without_autograd(options):
+    """A call's options with autograd's switches taken out: the same call, as train_dropout and
+    every check outside the gradient ones make it."""
+    return {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads", "backward_from")}
 
 
 def _within_reference(actual, expected, bound):

@@ -88,9 +88,10 @@ def members(module, preferred=()):
     A key with a dot, or an empty one, written into those dictionaries directly (register_parameter
     refuses both), spells another member's name: `_parameters["W_Q.weight"]` on the module itself,
     or `_modules[""]` holding a W_Q, is W_Q's weight to anyone who joins names (regular keys,
-    non-empty and without a dot, join into names no two paths share). What is reached through such a key never takes a name a
-    regular path has, nor hides one, nor joins a layer: it is named in parentheses, "(W_Q.weight)"
-    (an extra parameter then still counts, gets its gradient checked, and is never loaded)."""
+    non-empty and without a dot, join into names no two paths share). What is reached through such
+    a key never takes a name a regular path has, nor hides one, nor joins a layer: it is named in
+    parentheses, "(W_Q.weight)" (an extra parameter then still counts, gets its gradient checked,
+    and is never loaded)."""
     found = {"param": {}, "buffer": {}}  # id -> [object, [(name, irregular)]], in the order first met
     transient, regular_modules, irregular_modules, persistent = set(), {}, {}, []
     walked = set()
