@@ -23,6 +23,8 @@ CONFIG = grading_config.load()
 SOLUTION = (ROOT / "solutions" / "attention.py").read_text(encoding="utf-8")
 STUB = (ROOT / "assignments" / "attention" / "attention.py").read_text(encoding="utf-8")
 NO_SCALING = ROOT / "tests" / "submissions" / "buggy" / "sa_no_scaling.py"
+# Wrong by a cache keyed on the input's address: which calls hit it must not depend on the process.
+CACHED_BY_ADDRESS = ROOT / "tests" / "submissions" / "buggy" / "sa_projections_cached_by_address.py"
 
 
 def local(jobs=2):
@@ -45,6 +47,7 @@ def cohort(tmp_path_factory):
     (folder / "ana" / "attention.py").write_text(SOLUTION, encoding="utf-8")
     (folder / "luis.py").write_text(NO_SCALING.read_text(encoding="utf-8"), encoding="utf-8")
     (folder / "stub.py").write_text(STUB, encoding="utf-8")
+    (folder / "cached.py").write_text(CACHED_BY_ADDRESS.read_text(encoding="utf-8"), encoding="utf-8")
     (folder / "bad.zip").write_bytes(b"this is not a zip")
     store = Store(folder.parent / "cohort.sqlite")
     summary = batch.run_batch(folder, "c", store, CONFIG, local())
@@ -54,7 +57,7 @@ def cohort(tmp_path_factory):
 
 def test_batch_grades_every_submission(cohort):
     _, _, summary, results = cohort
-    assert (summary.graded, summary.unreadable, summary.reused, summary.failures) == (3, 1, 0, [])
+    assert (summary.graded, summary.unreadable, summary.reused, summary.failures) == (4, 1, 0, [])
     everything = {(p.cls, p.name) for p in CONFIG.properties}
     assert passed(results["ana"]) == everything
     assert passed(results["stub.py"]) == set()
@@ -65,26 +68,27 @@ def test_batch_grades_every_submission(cohort):
     assert results["ana"].peak_rss_mib > 0 and results["ana"].seconds > 0
 
 
-def test_forked_worker_gives_what_a_fresh_worker_gives(cohort):
+@pytest.mark.parametrize("key", ["luis.py", "cached.py"])
+def test_forked_worker_gives_what_a_fresh_worker_gives(cohort, key):
     folder, _, _, results = cohort
-    fresh = collect_outcomes(folder / "luis.py", CONFIG, slot=7).outcomes
-    assert raw(fresh) == raw(results["luis.py"].outcomes)
-    loaded = submission.load(folder / "luis.py")
-    assert hashlib.sha256(loaded.source.encode()).hexdigest() == results["luis.py"].content_hash
+    fresh = collect_outcomes(folder / key, CONFIG, slot=7).outcomes
+    assert raw(fresh) == raw(results[key].outcomes)
+    loaded = submission.load(folder / key)
+    assert hashlib.sha256(loaded.source.encode()).hexdigest() == results[key].content_hash
 
 
 def test_unchanged_submissions_are_kept_and_changed_ones_regraded(cohort):
     folder, store, _, first = cohort
     gradings = store.count("gradings")
     again = batch.run_batch(folder, "c", store, CONFIG, local())
-    assert (again.graded, again.reused, again.resumed) == (0, 4, False)
+    assert (again.graded, again.reused, again.resumed) == (0, 5, False)
     assert store.count("gradings") == gradings
     kept = {r.key: r for r in store.results(store.run("c"))}
     assert all(kept[k].reused and raw(kept[k].outcomes) == raw(first[k].outcomes) for k in first)
 
     (folder / "stub.py").write_text(STUB + "\n# edited\n", encoding="utf-8")
     changed = batch.run_batch(folder, "c", store, CONFIG, local())
-    assert (changed.graded, changed.reused) == (1, 3)
+    assert (changed.graded, changed.reused) == (1, 4)
     assert store.count("gradings") == gradings + 1
 
 

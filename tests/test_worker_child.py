@@ -281,6 +281,36 @@ def test_an_in_place_call_writes_its_values_into_the_previous_calls_tensors(tmp_
     assert printed.stdout.split() == ["True", "[6.0,", "12.0,", "24.0,", "32.0]", "True", "True"], printed.stderr
 
 
+
+NEVER_REUSED = r"""
+import sys
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+for handle in ("a", "b"):
+    worker.op_build("Probe", {{}}, handle)
+for call in range(200):  # freed between calls, the allocator gives the same few addresses back
+    worker.op_call("ab"[call % 2], "forward", [np.full((2, 3), call, np.float32)], noncontiguous=call % 3 == 0)
+seen = worker.module.SEEN
+print(len(seen), len(set(address for address, _ in seen)), len(set(ident for _, ident in seen)))
+"""
+
+
+def test_no_input_gets_the_address_or_id_of_an_earlier_one(tmp_path):
+    """A module that caches by a tensor's address or id is wrong (in_place's refill shows it, always):
+    no other call may hit that cache by chance, or the same file would score by where the
+    allocator put a tensor, which another process (a batch slot, a cold grade) does differently."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\nSEEN = []\n\nclass Probe(torch.nn.Module):\n"
+                          "    def forward(self, x):\n        SEEN.append((x.data_ptr(), id(x)))\n"
+                          "        return x * 1\n", encoding="utf-8")
+    script = tmp_path / "never_reused.py"
+    script.write_text(NEVER_REUSED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["200", "200", "200"], printed.stderr
+
 SEEDED = r"""
 import sys
 sys.path.insert(0, {child_dir!r})

@@ -71,7 +71,8 @@ class Remote:
     of kwargs passed by position, in that order (the statement's signature, as users call it).
     unseeded: built without seeding the generators first, from whatever the requests before left.
     defaulted: config fields left out of the config object, so that they take the submission's
-    own config class's defaults (a field its class lacks then fails the build).
+    own config class's defaults (a class without a default for one is not used: the grader's
+    dataclass gives the statement's).
 
     Every failure raised while a request is out carries a description of the call at fault
     (failures.calling): the request the worker failed on, else the last build or call sent, or the
@@ -92,8 +93,7 @@ class Remote:
             load["scale"] = load_scale
         self.handle = str(next(worker.handles))  # the grader names the modules: a request can follow a build unanswered
         by_name = {k: v for k, v in kwargs.items() if k not in positional}
-        config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], "fields": {k: v for k, v in BUILD_CONFIG[cls]["fields"].items()
-                                                                        if k not in defaulted}}
+        config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], **({"defaulted": list(defaulted)} if defaulted else {})}
         self._pending_build = ("build", {"cls": cls, "kwargs": by_name, "handle": self.handle, "load": load,
                                          "layers": list(self.layers),
                                          "config": config, **({"then_set": then_set} if then_set else {}),
@@ -306,9 +306,12 @@ def describe_call(cls, op, args):
     argument of the method always (mask=None). None for the other
     requests (describe, probe)."""
     if op == "build":  # arguments by position shown as values, before the keywords
-        by_position = ", ".join(repr(_plain_value(v)) for v in args.get("args", ()))
-        return {"method": "__init__", **({"args": by_position} if by_position else {}),
-                **{k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}}
+        by_position = [repr(_plain_value(v)) for v in args.get("args", ())]
+        keywords = {k: _plain_value(v) for k, v in args["kwargs"].items() if not _unset(v)}
+        if args.get("config"):  # one config object, as the statement builds it: Cfg(64, 8)
+            inner = ", ".join([*by_position, *(f"{k}={v!r}" for k, v in keywords.items())])
+            return {"method": "__init__", "args": f"{args['config']['class']}({inner})"}
+        return {"method": "__init__", **({"args": ", ".join(by_position)} if by_position else {}), **keywords}
     if op != "call":
         return None
     names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))

@@ -345,20 +345,25 @@ def test_train_dropout(worker, dims, seed, p):
     # The submission's own Cfg keeps what it is given (the module was built on the grader's
     # dataclass where it did not, so that its other checks are about the module).
     require(not module.config_not_kept, "cfg_fields_not_kept", names=module.config_not_kept)
-    # Cfg(n_embd, n_head), without block_size and dropout: the statement's defaults, a mask of
-    # block_size 16 and dropout layers of p 0.0, read from the module as built. Judged where the
-    # submission's own Cfg takes the other fields by name and has defaults for these (else the
-    # build fails, and the grader's Cfg is used everywhere else), and where the module built
-    # with block_size (later) registers a mask of that size and dropout layers of the p it was
-    # given (else mask_buffer's, or the checks above).
+    # Cfg(n_embd, n_head), by position as the statement writes it, without block_size and dropout:
+    # the two values kept as n_embd and n_head (a Cfg whose fields come in another order swaps
+    # them), and the statement's defaults, a mask of block_size 16 and dropout layers of p 0.0,
+    # read from the module as built. Judged where the submission's own Cfg takes the other fields
+    # by name and has defaults for these (else the build fails, and the grader's Cfg is used
+    # everywhere else), and where the module built with block_size (later) registers a mask of
+    # that size and dropout layers of the p it was given (else mask_buffer's, or the checks above).
     fields = BUILD_CONFIG[CLS]["fields"]
-    default = Remote(worker, CLS, defaulted=("dropout", "block_size"), n_embd=dims["n_embd"], n_head=dims["n_head"])
+    # sizes unlike each other and the defaults, whatever the example's: a swap then shows
+    sizes = {"n_embd": 2 * fields["n_embd"], "n_head": 2 * fields["n_head"]}
+    default = Remote(worker, CLS, defaulted=("dropout", "block_size"), positional=("n_embd", "n_head"), **sizes)
     try:
         mask, layers = default.buffers.get("mask"), default.dropout_p
     except SubmissionError as error:
         if not error.raised:
             raise
         return
+    example_dims(**sizes)  # what the failures below are about: that module, not the example's
+    require(not default.config_not_kept, "cfg_fields_out_of_order", names=default.config_not_kept, **sizes)
     given = later.buffers.get("mask")
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         block = fields["block_size"]

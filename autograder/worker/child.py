@@ -31,21 +31,27 @@ import parameters  # noqa: E402
 import wire  # noqa: E402
 
 
-def config_object(config, kwargs, module):
+def config_object(config, kwargs, module, args=()):
     """(the config object for a class built from one (exercise.yml's `config`), the fields the
-    submission's own config class took but did not keep). The submission's own config class
+    submission's own config class took but did not keep). config["defaulted"]: fields left out, so
+    that the submission's class gives them its defaults (the grader's class, the statement's).
+    args: the values of the first fields given, in the config's order, passed by position
+    (`Cfg(n_embd, n_head)`, as the statement writes it: a class whose fields are in another order
+    keeps other values). The submission's own config class
     (module's, of that name) when it takes the fields as keywords and keeps their values (it may
     add properties its classes read, say cfg.head_size); else the grader's own, a dataclass of that
     name and fields, so that the submission's is not needed. A class of its own that takes the
     fields and keeps other values (a typo in its __init__ drops cfg.dropout, say) is a mistake
     of the submission's, named by the grader: the module is built on the grader's dataclass all
     the same, so that its other checks judge the module, not the config."""
-    values = {**config["fields"], **kwargs}
+    given = {name: value for name, value in config["fields"].items() if name not in config.get("defaulted", ())}
+    by_position = dict(zip(given, args))
+    values = {**given, **by_position, **kwargs}
     own = getattr(module, str(config["class"]), None)
     not_kept = []
     if isinstance(own, type):
         try:
-            made = own(**values)
+            made = own(*args, **{name: value for name, value in values.items() if name not in by_position})
         except Exception:  # the submission's class cannot take them: the grader's is used instead
             made = None
         if made is not None:
@@ -218,8 +224,11 @@ class Worker:
         self.settings = GlobalSettings(torch)
         # what every request starts from: restored() brings the settings back to it after each one
         self.settings_at_start = self.settings.read()
-        self.autocasts = set()  # the lower-precision torch.autocast a request entered (watch_autocast)
-        watch_autocast(torch, self.autocasts)
+        # what a request asked for that reading the settings back cannot show: a lower-precision
+        # torch.autocast entered (watch_autocast), a thread count set (watch_threads)
+        self.asked = set()
+        watch_autocast(torch, self.asked)
+        watch_threads(torch, self.asked)
         self.torch = torch
         self.path = os.path.abspath(submission_path)
         self.module = None
@@ -227,6 +236,11 @@ class Worker:
         self.layers = {}  # handle -> the contract layers, whose names a shared parameter takes (members)
         self.last_inputs = {}  # handle -> the tensors its latest call got (op_call's in_place)
         self.last_outputs = {}  # handle -> (tensor, its values as returned) of its latest call's outputs
+        # Every input a call got, kept for the worker's life, so that no later input is given the
+        # address or id of an earlier one: a cache keyed on them (wrong: see op_call's in_place)
+        # would otherwise hit or miss by where the allocator happened to put a tensor, and the same
+        # file could get another score in another process. A few MiB over a whole grading.
+        self.inputs_ever = []
         deferred.install()  # after torch: the modules it stands in for are torch's own imports
 
     def load_submission(self):
@@ -245,7 +259,8 @@ class Worker:
         ({"class", "fields"}), pass the constructor one config object (config_object) instead of
         keywords (the fields the submission's own config class did not keep: config_not_kept); with then_set ({"submodule.attribute": value}), set those attributes of the
         built module's submodules that exist, as a user changes a dropout's p after building; with
-        args, those arguments first, by position, as the statement's signature orders them; with
+        args, those arguments first, by position, as the statement's signature orders them (with
+        config, the values of its first fields, given to the config class by position); with
         seed None, the generators go on from the request before (what a constructor that raised
         left drawn). layers: the contract's, under whose names a shared parameter is reported.
         Returns the parameters' shapes."""
@@ -254,7 +269,7 @@ class Worker:
             raise StudentError("missing_class", f"{cls} is not defined as a class")
         if seed is not None:
             self._seed(seed)
-        config_made, not_kept = config_object(config, kwargs, self.module) if config else (None, [])
+        config_made, not_kept = config_object(config, kwargs, self.module, args) if config else (None, [])
         instance = factory(config_made) if config else factory(*args, **kwargs)
         if not isinstance(instance, self.torch.nn.Module):
             raise StudentError("not_a_module", "")
@@ -362,6 +377,7 @@ class Worker:
         if in_place and not grad:
             given = self._into_previous(handle, given)
         self.last_inputs[handle] = given
+        self.inputs_ever.append(given)
         leaves = {}
         if grad:
             for name in input_grads or ():
@@ -695,8 +711,8 @@ def _unless_mixed(getter):
     return read
 
 
-# Distinct lower-precision autocasts a reply names at most (the protocol bounds the list).
-MAX_AUTOCASTS_NAMED = 8
+# Settings asked for that a reply names at most, past the ones read back (the protocol bounds the list).
+MAX_ASKED_NAMED = 8
 
 
 def watch_autocast(torch, entered):
@@ -720,6 +736,20 @@ def watch_autocast(torch, entered):
     autocast.__init__, autocast.__enter__ = asked, entering
 
 
+def watch_threads(torch, asked):
+    """Add "torch.set_num_threads" to the set `asked` whenever it is called. The worker runs on one
+    thread (as Gradescope's half CPU would anyway), so a module's set_num_threads(1) leaves the
+    count it reads back unchanged; for the program that uses the module it is a change all the same."""
+    real = torch.set_num_threads
+
+    @functools.wraps(real)
+    def set_num_threads(count):
+        asked.add("torch.set_num_threads")
+        return real(count)
+
+    torch.set_num_threads = set_num_threads
+
+
 def serve(worker, requests, responses):
     while True:
         try:
@@ -728,12 +758,12 @@ def serve(worker, requests, responses):
             return
         op = message.get("op", "")
         try:
-            worker.autocasts.clear()
+            worker.asked.clear()
             try:
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
-                changed = [*worker.settings.restored(worker.settings_at_start),
-                           *sorted(worker.autocasts)[:MAX_AUTOCASTS_NAMED]][:wire.MAX_DIMENSIONS]  # protocol's bound
+                changed = worker.settings.restored(worker.settings_at_start)
+                changed = [*changed, *sorted(worker.asked.difference(changed))[:MAX_ASKED_NAMED]][:wire.MAX_DIMENSIONS]
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
         except StudentError as exc:

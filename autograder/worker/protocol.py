@@ -10,8 +10,9 @@ which would be reported as the grading machine's fault.
   build     {"params": {name: shape}}                the module's parameters; may add
              "config_not_kept": [str] (fields the submission's own config class took but did not keep)
   build and call may add "settings_changed": [str] (torch's global settings the request changed,
-             which the worker has put back: child.GlobalSettings; and each lower-precision
-             torch.autocast it entered: child.watch_autocast)
+             which the worker has put back: child.GlobalSettings; each lower-precision
+             torch.autocast it entered: child.watch_autocast; torch.set_num_threads if it called
+             that: child.watch_threads)
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
              "dropout_p": {name: float} (each nn.Dropout layer's p)}
