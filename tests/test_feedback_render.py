@@ -112,6 +112,18 @@ def test_an_error_says_the_call_that_failed_and_gets_its_propertys_hint_for_erro
     assert feedback.message(gradients_error(output="debug: 6x4"), language) == expected
 
 
+@pytest.mark.parametrize("language, named", [("es", "en la línea 12 (en la función atender):"),
+                                             ("en", "on line 12 (in function atender):")])
+def test_an_error_in_a_helper_names_the_helper_after_its_line(language, named):
+    """A line of a module-level helper forward calls is not one of forward's: the message says where."""
+    in_helper = Outcome("SelfAttention", "scale", "error", "submission.exception", {**EXCEPTION, "function": "atender"},
+                        {"B": 1, "T": 2})
+    in_forward = Outcome("SelfAttention", "scale", "error", "submission.exception", {**EXCEPTION, "function": "forward"},
+                         {"B": 1, "T": 2})
+    assert named in feedback.message(in_helper, language).splitlines()[0]
+    assert "atender" not in feedback.message(in_forward, language) and "forward" in feedback.message(in_forward, language)
+
+
 def test_an_error_where_the_usual_hint_would_mislead_gets_the_generic_hint_for_errors():
     outcome = Outcome("SelfAttention", "scale", "error", "submission.exception", dict(EXCEPTION), {"B": 1, "T": 2})
     hint = feedback.message(outcome, "es").splitlines()[-1]

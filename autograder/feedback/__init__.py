@@ -426,9 +426,18 @@ def _template(outcome, failures):
                 code, params["name"] = NAME_ERRORS[code], undefined.group(1)
         template = failures.get(f"{code}.in_cell")
         if template:
-            return _fitted(template, params), params
+            return _fitted(_in_function(template, params, failures), params), params
     params = {"cls": outcome.cls, **outcome.params}
-    return _fitted(failures.get(outcome.code, outcome.code or ""), params), params
+    return _fitted(_in_function(failures.get(outcome.code, outcome.code or ""), params, failures), params), params
+
+
+def _in_function(template, params, failures):
+    """The template naming, after the line, the submission's function that line is in, where that is
+    not the method called (a module-level helper forward calls: its line is not one of forward's)."""
+    function, method = params.get("function"), params.get("op") or "forward"
+    if not isinstance(function, str) or function == method or "{line}" not in template:
+        return template
+    return template.replace("{line}", "{line}" + failures["line.in_function"], 1)
 
 
 # Where a template names the submission's line: left out when the exception came from torch's own

@@ -493,7 +493,8 @@ def runs_skipping(module, calls, skippable, shapes=()):
 def call_failure(error, code, message=None, **params):
     """PropertyFailure `code` about a call the submission raised on (a SubmissionError), naming its
     exception, message (or `message`) and line (and cell, in a notebook)."""
-    where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {})}
+    where = {"line": error.line, **({"cell": error.cell} if error.cell is not None else {}),
+             **({"function": error.function} if error.function is not None else {})}
     return PropertyFailure(code, error=error.message if message is None else message, exc_type=error.exc_type,
                            **where, **params)
 

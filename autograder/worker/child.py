@@ -161,7 +161,8 @@ def _student_error(exc, path):
     Reading an exception can run the submission's code (a __str__ that raises or returns no
     string, a SyntaxError whose attributes raise): what cannot be read is left out."""
     frames = _readable(lambda: traceback.extract_tb(exc.__traceback__), [])
-    line = next((frame.lineno for frame in reversed(frames) if os.path.abspath(frame.filename) == path), None)
+    own = next((frame for frame in reversed(frames) if os.path.abspath(frame.filename) == path), None)
+    line = own.lineno if own is not None else None
     kind_of = _CLASS_OF(exc)  # not exc.__class__, which the submission's class can make raise
     if issubclass(kind_of, SyntaxError):
         line = _readable(lambda: exc.lineno if os.path.abspath(exc.filename or "") == path else line, line)
@@ -174,7 +175,9 @@ def _student_error(exc, path):
         kind = "exception"
     names = _readable(lambda: [_name_of(c) for c in _MRO.__get__(kind_of)[:MRO_SHOWN]], [])
     return {"kind": kind, "message": text, "line": line, "type": names[0] if names else "",
-            "types": names}  # a ValueError subclass is a ValueError
+            "types": names,  # a ValueError subclass is a ValueError
+            # the function that line is in: a module-level helper forward calls, say
+            **({"function": own.name[:wire.MAX_NAME_CHARS]} if own is not None and own.name.isidentifier() else {})}
 
 
 def _name_of(cls):

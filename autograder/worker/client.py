@@ -169,6 +169,7 @@ class Worker:
             kind = said if isinstance(said, str) and KINDS.get(said, Kind()).reported else "exception"
             raise SubmissionError(
                 kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
+                function=next(iter(_names([error.get("function")])), None) if error.get("line") is not None else None,
                 exc_type=_exception_type(error), cls=cls, op=label,
                 limit=self.limits.memory_mib if kind == "memory" else None, exc_types=_names(error.get("types")),
             )

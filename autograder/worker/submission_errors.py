@@ -43,16 +43,17 @@ class SubmissionError(Exception):
     """The submission could not answer: it raised, was missing, timed out, crashed or overused.
 
     kind is a key of KINDS, which says what each means to the grader.
-    For a notebook, cell is the code cell and line the line within it (submission.cell_lines).
+    For a notebook, cell is the code cell and line the line within it (submission.cell_lines);
+    function: the submission's function that line is in (a helper the called method calls).
     request is the position, among the requests Worker.calls sent together, of the one that got
     this answer; None when the worker answered none of them (a class already stopped, say).
     """
 
     def __init__(self, kind, message="", *, line=None, exc_type=None, cls=None, op=None, limit=None, cell=None,
-                 exc_types=()):
+                 exc_types=(), function=None):
         super().__init__(f"{kind}: {message}")
         self.kind, self.message, self.line, self.exc_type = kind, message, line, exc_type
-        self.cls, self.op, self.limit, self.cell = cls, op, limit, cell
+        self.cls, self.op, self.limit, self.cell, self.function = cls, op, limit, cell, function
         self.exc_types = tuple(exc_types) or ((exc_type,) if exc_type else ())  # the exception's classes, own first
         self.request = None
 
@@ -64,13 +65,16 @@ class SubmissionError(Exception):
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
         return SubmissionError(self.kind, self.message, line=self.line, exc_type=self.exc_type,
-                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell, exc_types=self.exc_types)
+                               cls=self.cls, op=self.op, limit=self.limit, cell=self.cell, exc_types=self.exc_types,
+                               function=self.function)
 
     def as_dict(self):
         found = {
             "kind": self.kind, "message": self.message, "line": self.line,
             "exc_type": self.exc_type, "cls": self.cls, "op": self.op, "limit": self.limit,
         }
+        if self.function is not None:
+            found["function"] = self.function
         return found if self.cell is None else {**found, "cell": self.cell}
 
 
