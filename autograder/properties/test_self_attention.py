@@ -4,22 +4,53 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import example, expect_close, require  # require: what a new property fails through (README)
+from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
 
 
 def build(worker, dims, load_seed=None, **load):
-    """load: Remote's other load options (load_scale, required)."""
+    """load: Remote's other load options (load_scale, required). A module the grader loads is built
+    with d_k=d_model passed where the submission's default for d_k is another (default_d_k_wrong):
+    that mistake is parameter_count's and shapes' to name, and the properties of the attention it
+    computes judge that attention instead of failing on the layers' size."""
     example(**dims)
     kwargs = {"d_model": dims["d_model"]}
     if dims["d_k"] is not None:
         kwargs["d_k"] = dims["d_k"]
+    elif load_seed is not None and default_d_k_wrong(worker, dims["d_model"]):
+        kwargs["d_k"] = dims["d_model"]
     shape = (d_k_of(dims), dims["d_model"])
     return Remote(worker, CLS, load_seed, **load, layer_shapes={"W_Q": shape, "W_K": shape, "W_V": shape}, **kwargs)
+
+
+def default_d_k_wrong(worker, d_model):
+    """The shape of W_Q in SelfAttention(d_model), without d_k, where it takes d_model inputs but
+    gives another number than d_model (a default for d_k other than d_model); else None. Asked once
+    per d_model of a submission (one build). A module without W_Q, one whose W_Q takes another
+    input size, or whose constructor raises: None, for its usual build to name."""
+    key = (CLS, "default_d_k", d_model)
+    if key not in worker.facts:
+        query = None
+        try:
+            query = Remote(worker, CLS, d_model=d_model).param_shapes.get("W_Q.weight")
+        except (SubmissionError, PropertyFailure) as error:
+            if isinstance(error, SubmissionError) and not error.raised:
+                raise
+        wrong = query is not None and len(query) == 2 and query[1] == d_model != query[0]
+        worker.facts[key] = list(query) if wrong else None
+    return worker.facts[key]
+
+
+def default_d_k_is_d_model(worker, dims):
+    """Without d_k, the layers of d_k = d_model: the statement's default (default_d_k_wrong)."""
+    if dims["d_k"] is None:
+        wrong = default_d_k_wrong(worker, dims["d_model"])
+        require(wrong is None, "default_d_k_not_d_model", d_model=dims["d_model"], got=wrong)
 
 def loaded(worker, dims):
     """A module with the grader's parameters (module.params) and the rng of its inputs."""
@@ -55,6 +86,7 @@ def test_shapes(worker, dims, longer, masked):
     """One module, any length in any order, any memory layout: T, then a longer T2 on the same
     module (with a mask or not, drawn), then that input laid out non-contiguously."""
     module = build(worker, dims)
+    default_d_k_is_d_model(worker, dims)
     longer_dims = {**dims, "T": dims["T"] + longer}
     example(**dims, T2=longer_dims["T"])
     rng = rng_for(dims)
@@ -70,6 +102,7 @@ def test_shapes(worker, dims, longer, masked):
 @given(dims=self_attention_dims())
 def test_parameter_count(worker, dims):
     module = build(worker, dims)
+    default_d_k_is_d_model(worker, dims)
     checks.parameters_are(module, 3 * dims["d_model"] * d_k_of(dims), "3·d_model·d_k", biased=False)
 
 

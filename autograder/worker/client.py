@@ -87,6 +87,7 @@ class Worker:
         # Names for the modules built on this worker, from 0 for each submission: a count kept across a
         # batch slot's submissions would tell the next one how far the last got.
         self.handles = itertools.count()
+        self.facts = {}  # what a property learned once of this submission, for the others (say, a wrong default)
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
