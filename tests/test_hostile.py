@@ -92,7 +92,9 @@ AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_larg
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
              "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",
              "sa_temperature_under_empty_key": "sa_learnable_temperature",
-             "sa_temperature_zero_width_name": "sa_learnable_temperature"}
+             "sa_temperature_zero_width_name": "sa_learnable_temperature",
+             "sa_backward_hidden_by_a_remembered_input": "sa_softmax_backward_wrong",
+             "sa_refuses_large_masked_inputs": "sa_bool_mask_filled_with_minus_1e4"}
 # Outputs of a dtype the grader refuses (complex: its real part alone would pass): every test of
 # that class that runs forward fails with this code, or for want of a test that does.
 REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}

@@ -6,6 +6,7 @@ import numpy as np
 
 from . import reference
 from .failures import PropertyFailure, call_at_fault, calling, diagnose_again, expect_close, require, second_opinion
+from ..worker.submission_errors import SubmissionError
 
 ROW_SUM_ATOL = 1e-5
 
@@ -1492,13 +1493,28 @@ def right_with_autograd(module, call, reply, expected, bound):
     Where it is not but the same call under torch.no_grad() (as every call outside the gradient
     checks is made) is, the forward pass depends on whether gradients are computed, not on
     train()/eval(): dropout tied to torch.is_grad_enabled(), say, which is on in eval too whenever
-    a user evaluates without no_grad. Costs an exchange only after a miss."""
+    a user evaluates without no_grad. Where both miss, the same two calls each as the first on a
+    module built the same way (twin): a module can remember the inputs of its autograd call and
+    miss again on them without autograd, and the gradient checks, skipped after a miss, would never
+    judge its backward. A miss of the first call with autograd but not of the first without is
+    the same dependence on autograd; a first call with autograd that is right leaves the miss to
+    earlier calls (reference_match's depends_on_earlier_calls). Costs exchanges only after a miss."""
     if agrees_with_reference(reply, 0, expected, bound):
         return True
     args, options = call
     again = module.run(*args, **without_autograd(options))
     calling(reply.call)  # the failure is about the call with autograd on
     require(not agrees_with_reference(again, 0, expected, bound), "output_depends_on_grad_mode")
+    try:
+        if agrees_with_reference(module.twin().run(*args, **options), 0, expected, bound):
+            return False
+        alone = module.twin().run(*args, **without_autograd(options))
+    except SubmissionError as error:  # the forward pass raises on a module of its own: not a gradient's matter
+        if not error.raised:
+            raise
+        return False
+    calling(reply.call)
+    require(not agrees_with_reference(alone, 0, expected, bound), "output_depends_on_grad_mode")
     return False
 
 

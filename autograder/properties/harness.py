@@ -82,6 +82,8 @@ class Remote:
     def __init__(self, worker, cls, load_seed=None, load_scale=None, required=None, layer_shapes=None, then_set=None,
                  positional=(), unseeded=False, defaulted=(), **kwargs):
         self.worker, self.cls = worker, cls
+        self._arguments = dict(load_seed=load_seed, load_scale=load_scale, required=required, layer_shapes=layer_shapes,
+                               then_set=then_set, positional=positional, unseeded=unseeded, defaulted=defaulted, **kwargs)
         self.layer_shapes = layer_shapes or {}  # contract layer -> its weight's shape, as the statement asks
         self.kwargs = kwargs  # the constructor's arguments (heads, dropout...): diagnosis.py recomputes with them
         self.layers = CONTRACT_LAYERS[cls]
@@ -100,6 +102,11 @@ class Remote:
                                          **({"args": [kwargs[k] for k in positional]} if positional else {}),
                                          **({"seed": None} if unseeded else {})})
         self._description = None
+
+    def twin(self):
+        """Another module built as this one was (the same arguments and parameters), with no call
+        made on it yet: what a call gives when nothing came before it."""
+        return Remote(self.worker, self.cls, **self._arguments)
 
     def build(self):
         """Build now, if not done yet (say, a test that expects the constructor itself to fail)."""
@@ -470,24 +477,39 @@ def runs_until_failure(module, *calls):
         return None, (index - offset, error)
 
 
-def runs_skipping(module, calls, skippable, shapes=()):
+def runs_skipping(module, calls, skippable, shapes=(), below=None):
     """module.runs(*calls) without the calls, among those whose index is in `skippable`, that the
     submission raised on or answered with outputs of other shapes than `shapes` (a mask form it
     cannot take is masked_zero's business, not a second loss where only magnitude is judged):
-    (the replies, the indices of the calls they answer). Costs an exchange more only after such a
-    raise; a raise on another call is raised."""
+    (the replies, the indices of the calls they answer). below(call): that call at a magnitude of
+    ~1; a call is left out only where it fails there too (a module that refuses large inputs alone,
+    or answers them with other shapes, is judged on them). Costs an exchange more only after such
+    a failure; a raise on another call is raised."""
     kept = list(range(len(calls)))
     while True:
         replies, failed = runs_until_failure(module, *(calls[i] for i in kept))
         if failed is None:
             break
         index, error = failed
-        if kept[index] not in skippable:
+        if kept[index] not in skippable or (below and _answers(module, below(calls[kept[index]]), shapes)):
             raise error
         del kept[index]
     fitting = [(i, reply) for i, reply in zip(kept, replies)
-               if i not in skippable or all(reply.shape(j) == list(shape) for j, shape in enumerate(shapes))]
+               if i not in skippable or all(reply.shape(j) == list(shape) for j, shape in enumerate(shapes))
+               or (below and _answers(module, below(calls[i]), shapes))]
     return [reply for _, reply in fitting], [i for i, _ in fitting]
+
+
+def _answers(module, call, shapes):
+    """Whether the module answers `call` without raising, with outputs of `shapes`."""
+    args, options = call
+    try:
+        reply = module.run(*args, **options)
+    except SubmissionError as error:
+        if not error.raised:
+            raise
+        return False
+    return all(reply.shape(j) == list(shape) for j, shape in enumerate(shapes))
 
 
 def call_failure(error, code, message=None, **params):

@@ -363,7 +363,7 @@ def test_train_dropout(worker, dims, seed, p):
             raise
         return
     example_dims(**sizes)  # what the failures below are about: that module, not the example's
-    require(not default.config_not_kept, "cfg_fields_out_of_order", names=default.config_not_kept, **sizes)
+    require(not default.config_not_kept, "cfg_fields_out_of_order", **sizes)
     given = later.buffers.get("mask")
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         block = fields["block_size"]

@@ -37,7 +37,8 @@ def config_object(config, kwargs, module, args=()):
     that the submission's class gives them its defaults (the grader's class, the statement's).
     args: the values of the first fields given, in the config's order, passed by position
     (`Cfg(n_embd, n_head)`, as the statement writes it: a class whose fields are in another order
-    keeps other values). The submission's own config class
+    keeps other values; one that takes them by name only, keyword-only fields, refuses them: both
+    not kept). The submission's own config class
     (module's, of that name) when it takes the fields as keywords and keeps their values (it may
     add properties its classes read, say cfg.head_size); else the grader's own, a dataclass of that
     name and fields, so that the submission's is not needed. A class of its own that takes the
@@ -58,11 +59,21 @@ def config_object(config, kwargs, module, args=()):
             not_kept = [name for name, value in values.items() if not _keeps(made, name, value)]
             if not not_kept:
                 return made, []
+        elif by_position and _takes_by_name(own, values):  # Cfg(n_embd=..., n_head=...) only
+            not_kept = list(by_position)
     declared = [(str(k), type(v), v) for k, v in config["fields"].items()]
     key = (str(config["class"]), repr(declared))
     if key not in _config_classes:  # making a dataclass costs ~1 ms: once per worker, not per build
         _config_classes[key] = dataclasses.make_dataclass(key[0], declared)
     return _config_classes[key](**values), not_kept
+
+
+def _takes_by_name(own, values):
+    try:
+        own(**values)
+    except Exception:
+        return False
+    return True
 
 
 def _keeps(made, name, value):
