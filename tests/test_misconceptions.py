@@ -335,3 +335,14 @@ def test_generic_operators_yield_valid_distinct_mutants_deterministically():
         assert not mutation.same_code(mutant.source, SOLUTION), mutant.id
         assert mutant.cls in ("SelfAttention", "MultiHeadAttention", "CausalSelfAttention")
     assert all(len([m for m in first if m.operator == op]) <= 4 for op in operators.OPERATORS)
+
+
+def test_a_keep_mask_of_another_shape_is_refused_not_broadcast():
+    """Masks are read off what a module returned: one of shape (65536, 1, 1, 1) against weights
+    (1, 4, 64, 64) would broadcast to 2 GiB of float64 inside the grader."""
+    from autograder.misconceptions import model
+
+    weights = np.full((1, 4, 64, 64), 1 / 64)
+    with pytest.raises(ValueError, match="keep mask"):
+        model.dropout(weights, "weights", {"weights": np.ones((65536, 1, 1, 1), bool)}, 0.1)
+    assert model.dropout(weights, "weights", {"weights": np.ones(weights.shape, bool)}, 0.5).max() == 2 / 64

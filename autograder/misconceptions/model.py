@@ -59,7 +59,10 @@ def dropout(x, where, drop, p):
     if drop is None or where not in drop:
         raise ValueError(f"this computation applies dropout to the {where} (p={p}): give drop[{where!r}], "
                          "the 0/1 keep mask the module drew")
-    return x * np.asarray(drop[where], dtype=np.float64) / (1.0 - p)
+    keep = np.asarray(drop[where])
+    if keep.shape != np.shape(x):  # read off a module's output of another shape: broadcast, it could be GBs
+        raise ValueError(f"the keep mask for the {where} has shape {keep.shape}, not {np.shape(x)}")
+    return x * keep.astype(np.float64) / (1.0 - p)
 
 
 def attend(q, k, v, mask=None, *, scale=None, fill=-np.inf, mask_blocks=0, mask_after_softmax=False,
