@@ -733,12 +733,13 @@ def dropout_redrawn(first, second, p, what):
 
 
 def dropout_follows_seed(first, again, p, what, path=None, call=None):
-    """Two train-mode calls on the same input under one seed (torch.manual_seed; the worker seeds
-    numpy's and Python's generators too) give the same result: dropout draws from the global
-    generators, whose state torch.utils.checkpoint restores to recompute a forward pass with the
-    same masks, and a checkpoint saves to resume training. One the module makes itself (a
-    torch.Generator kept from __init__) goes on from where it was and ignores both. call: the
-    second call's description (Reply.call)."""
+    """Two train-mode calls on the same input under one seed (torch.manual_seed) give the same
+    result: dropout draws from torch's global generator, whose state torch.utils.checkpoint restores
+    to recompute a forward pass with the same masks, and a checkpoint saves to resume training. One
+    the module makes itself (a torch.Generator kept from __init__) goes on from where it was and
+    ignores both; numpy's and Python's, which the worker seeds per call but not with torch's seed
+    (child.Worker._seed), as a user's torch.manual_seed leaves them. call: the second call's
+    description (Reply.call)."""
     same = np.allclose(first, again, atol=1e-6, rtol=1e-5, equal_nan=True)
     if not same:
         calling(call)  # the failure is about the second call (its Reply.call), whichever was read last

@@ -1,4 +1,7 @@
-"""Correct submission whose hand-written dropout draws its masks from numpy's global generator (np.random), not torch's: the grader seeds every generator a call can use, so two calls under one seed draw the same masks (must keep full marks, grading after grading)."""
+"""Deliberately buggy submission (mha_dropout_from_numpy): MultiHeadAttention's hand-written dropout draws its
+keep mask from numpy's global generator (np.random), which torch.manual_seed does not fix: the statement's
+"with the same seed, the same draw" fails for a user (the grader seeds numpy per call, deterministically,
+but not with torch's seed)."""
 import math
 from dataclasses import dataclass
 
@@ -94,10 +97,7 @@ class CausalSelfAttention(nn.Module):
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
             att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-            att = F.softmax(att, dim=-1)
-            if self.training and self.attn_drop.p > 0:  # numpy's generator draws the keep mask
-                keep = torch.from_numpy(np.random.random_sample(tuple(att.shape)) >= self.attn_drop.p)
-                att = att * keep.to(att.device, att.dtype) / (1 - self.attn_drop.p)
+            att = self.attn_drop(F.softmax(att, dim=-1))
             y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_drop(self.proj(y))
