@@ -48,6 +48,10 @@ def cohort(tmp_path_factory):
     (folder / "luis.py").write_text(NO_SCALING.read_text(encoding="utf-8"), encoding="utf-8")
     (folder / "stub.py").write_text(STUB, encoding="utf-8")
     (folder / "cached.py").write_text(CACHED_BY_ADDRESS.read_text(encoding="utf-8"), encoding="utf-8")
+    # wrong by an offset that is a string's hash: the same only where the hash seed is the same
+    (folder / "hashed.py").write_text(SOLUTION.replace("        return weights @ V, weights\n",
+                                                       "        return weights @ V + hash('atención') % 997 / 997, weights\n", 1),
+                                      encoding="utf-8")
     (folder / "bad.zip").write_bytes(b"this is not a zip")
     store = Store(folder.parent / "cohort.sqlite")
     summary = batch.run_batch(folder, "c", store, CONFIG, local())
@@ -57,7 +61,7 @@ def cohort(tmp_path_factory):
 
 def test_batch_grades_every_submission(cohort):
     _, _, summary, results = cohort
-    assert (summary.graded, summary.unreadable, summary.reused, summary.failures) == (4, 1, 0, [])
+    assert (summary.graded, summary.unreadable, summary.reused, summary.failures) == (5, 1, 0, [])
     everything = {(p.cls, p.name) for p in CONFIG.properties}
     assert passed(results["ana"]) == everything
     assert passed(results["stub.py"]) == set()
@@ -68,7 +72,7 @@ def test_batch_grades_every_submission(cohort):
     assert results["ana"].peak_rss_mib > 0 and results["ana"].seconds > 0
 
 
-@pytest.mark.parametrize("key", ["luis.py", "cached.py"])
+@pytest.mark.parametrize("key", ["luis.py", "cached.py", "hashed.py"])
 def test_forked_worker_gives_what_a_fresh_worker_gives(cohort, key):
     folder, _, _, results = cohort
     fresh = collect_outcomes(folder / key, CONFIG, slot=7).outcomes
@@ -81,14 +85,14 @@ def test_unchanged_submissions_are_kept_and_changed_ones_regraded(cohort):
     folder, store, _, first = cohort
     gradings = store.count("gradings")
     again = batch.run_batch(folder, "c", store, CONFIG, local())
-    assert (again.graded, again.reused, again.resumed) == (0, 5, False)
+    assert (again.graded, again.reused, again.resumed) == (0, 6, False)
     assert store.count("gradings") == gradings
     kept = {r.key: r for r in store.results(store.run("c"))}
     assert all(kept[k].reused and raw(kept[k].outcomes) == raw(first[k].outcomes) for k in first)
 
     (folder / "stub.py").write_text(STUB + "\n# edited\n", encoding="utf-8")
     changed = batch.run_batch(folder, "c", store, CONFIG, local())
-    assert (changed.graded, changed.reused) == (1, 4)
+    assert (changed.graded, changed.reused) == (1, 5)
     assert store.count("gradings") == gradings + 1
 
 

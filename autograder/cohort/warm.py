@@ -20,8 +20,11 @@ from ..worker.client import Worker
 from ..worker.sandbox import worker_uid
 
 READY_TIMEOUT_S = 120
-# What the zygote's interpreter starts with; each fork then takes its sandbox's full environment.
-ZYGOTE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# What the zygote's interpreter starts with (its whole environment); each fork then takes its
+# sandbox's, but not its hash seed, which Python fixes at start: the sandbox's own (a cold
+# worker's), so that a set of strings is iterated in the same order in a batch slot as in a grade.
+ZYGOTE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "PYTHONHASHSEED": "0"}
 
 
 class ZygoteGone(OSError):
@@ -67,7 +70,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [self.python, "-I", zygote_process.__file__, str(theirs.fileno()),
+                [self.python, "-s", zygote_process.__file__, str(theirs.fileno()),  # -s: see client.Worker._spawn
                  *([str(EXERCISE.warm_up)] if EXERCISE.warm_up else [])],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 env=ZYGOTE_ENV, cwd="/", start_new_session=True,

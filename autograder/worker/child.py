@@ -7,7 +7,7 @@ chose, run a method, report buffers and gradients), and sends back plain values.
 judges anything: a submission that rewrites this process can only make its own answers wrong,
 because the checks run in the grader's process.
 
-Usage: python -I child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
+Usage: python -s child.py REQUEST_FD RESPONSE_FD SUBMISSION_FILE
 """
 import contextlib
 import copy

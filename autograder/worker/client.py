@@ -279,9 +279,12 @@ class Worker:
         self.spawned_at = time.monotonic()
 
     def _spawn(self, req_r, resp_w, out_w):
-        """Run child.py in the sandbox; a subclass may fork it from a warm zygote instead (zygote.py)."""
+        """Run child.py in the sandbox; a subclass may fork it from a warm zygote instead (zygote.py).
+        -s, not -I: the environment is the sandbox's whole (nothing of the grader's), and -I's -E would
+        ignore its PYTHONHASHSEED: a set of strings was iterated in another order in each grading, and
+        a file whose result hung on it got another score each time."""
         return subprocess.Popen(
-            [self.python, "-I", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
+            [self.python, "-s", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
             cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
             preexec_fn=self.sandbox.preexec,

@@ -1,7 +1,7 @@
 """The zygote: a warm parent for workers, which imports torch once and forks one worker per submission.
 
 Batch grading starts one zygote per parallel slot (autograder/cohort/warm.py is its trusted-side
-handle) as `python -I zygote.py CONTROL_FD [WARM_UP]`, in the same sandbox environment as a worker. It
+handle) as `python -s zygote.py CONTROL_FD [WARM_UP]`, in the same sandbox environment as a worker. It
 imports child.py (torch, numpy, wire, parameters) and runs the exercise's warm-up file (the
 operations its modules use: exercise.yml's warm_up), so
 that each worker it forks starts with torch loaded and its kernels initialised instead of paying
