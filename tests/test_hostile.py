@@ -54,9 +54,6 @@ GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
 RESULTS_PLACEHOLDER = '"/autograder/results"'
 
 # Graded in the same run: what the corpus is compared with.
-REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
-              **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"
-                 for name in ("sa_no_scaling", "mha_mask_unsqueezed_in_place", "sa_learnable_temperature")}}
 # Broken files: every test of every class fails with this code.
 WHOLE_FILE = {
     "empty": "submission.missing_class",
@@ -94,7 +91,19 @@ AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_pla
              "sa_temperature_under_empty_key": "sa_learnable_temperature",
              "sa_temperature_zero_width_name": "sa_learnable_temperature",
              "sa_backward_hidden_by_a_remembered_input": "sa_softmax_backward_wrong",
-             "sa_refuses_large_masked_inputs": "sa_bool_mask_filled_with_minus_1e4"}
+             "sa_refuses_large_masked_inputs": "sa_bool_mask_filled_with_minus_1e4",
+             "mha_train_step_refused_on_remembered_input": "mha_inplace_dropout",
+             "sa_nan_on_remembered_masked_input": "sa_masked_softmax_detached_sum",
+             "sa_shift_on_repeated_masked_input": "sa_masked_softmax_detached_sum",
+             "sa_refuses_masks_where_only_masks_are_judged": "sa_mask_flipped",
+             "sa_refuses_autograd_without_input_grad": "sa_weights_returned_detached"}
+# Hostile files that hide their mistake from the property that names it and lose another instead:
+# never more points than the honest file.
+NO_BETTER = {"sa_2d_causal_shift_on_repeated_input": "sa_2d_mask_made_causal"}
+# The honest files graded beside the corpus, for the comparisons above.
+REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
+              **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"
+                 for name in sorted({"sa_no_scaling", *AS_HONEST.values(), *NO_BETTER.values()})}}
 # Outputs of a dtype the grader refuses (complex: its real part alone would pass): every test of
 # that class that runs forward fails with this code, or for want of a test that does.
 REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}
@@ -185,7 +194,7 @@ def corpus():
 
 
 def test_every_corpus_file_has_an_expectation():
-    expected = (set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | set(REFUSED_OUTPUT)
+    expected = (set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | set(NO_BETTER) | set(REFUSED_OUTPUT)
                 | GRADER_ONCE_FAILED | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE))
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
@@ -400,6 +409,11 @@ def test_tampering_earns_nothing(graded, name):
 def test_a_mistake_hidden_from_the_worker_costs_what_it_costs_in_the_open(graded, name):
     assert statuses(graded[name]) == statuses(graded[AS_HONEST[name]])
     assert graded[name]["results"]["score"] == graded[AS_HONEST[name]]["results"]["score"]
+
+
+@pytest.mark.parametrize("name", sorted(NO_BETTER))
+def test_a_mistake_hidden_from_its_property_buys_no_point(graded, name):
+    assert graded[name]["results"]["score"] <= graded[NO_BETTER[name]]["results"]["score"]
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_OUTPUT))

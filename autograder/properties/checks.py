@@ -287,6 +287,12 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
         _, error = runs_until_failure(fresh(), graded)
         if error is None:
             raise call_failure(failed[1], "grad_after_inference_mode")
+        if not (error[1].message or "").startswith("backward(): "):
+            # a forward that raises with autograd on, here alone: one that raises without it too
+            # is the loaded module's to name; one that runs without it, this call's own
+            _, plain = runs_until_failure(fresh(), (args, without_autograd(graded[1])))
+            if plain is None:
+                raise error[1]
         require(not (weights and (error[1].message or "").startswith("backward(): ")), "weights_detached",
                 names=list(weights))
         return
@@ -944,13 +950,19 @@ def attempted(call):
         return None, exc
 
 
-def taken(call, masked):
-    """call()'s reply; None when it raised with a mask (masked) the module could not take: the
-    property about masks names that (mask_not_accepted), and one about something else judges the
-    calls the module could take instead of failing on the mask's error too."""
+def taken(call, masked, as_bool=None):
+    """call()'s reply; where it raised with a mask (masked) the module could not take, the reply to
+    as_bool() (the same call with that mask as bool), or None without it: the property about masks
+    names that (mask_not_accepted), and one about something else judges the calls the module could
+    take instead of failing on the mask's error too. A module that takes the mask in neither form
+    takes no mask at all: the error is raised (no property would judge its masked calls)."""
     reply, error = attempted(call)
     if error is not None and not masked:
         raise error
+    if error is not None and as_bool is not None:
+        reply, again = attempted(as_bool)
+        if again is not None:
+            raise error
     return reply
 
 
@@ -1438,9 +1450,10 @@ def gradients_in_calls(module, calls, checked):
         if not options.get("train"):
             raise error
         # train_dropout runs train mode without autograd: a forward that raises only with both
-        # (a module that refuses to be trained) is this property's to name
+        # (a module that refuses to be trained) is this property's to name. Confirmed as the first
+        # call of a twin: a module can remember this call's inputs and raise on them again.
         args, _ = calls[index]
-        _, without_grad = runs_until_failure(module, (args, without_autograd(options)))
+        _, without_grad = runs_until_failure(module.twin(), (args, without_autograd(options)))
         if without_grad is None:
             raise error
         evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]
@@ -1456,12 +1469,17 @@ def not_finite_for_autograd_alone(module, call):
     """A call whose outputs are not finite numbers (NaN, or meta tensors without values) is left to
     the property of its forward pass (a mask read the other way, dropout before the softmax)...
     unless the same call without autograd gives finite outputs: a module whose training steps
-    alone give NaN (or nothing) cannot be trained, and no other property calls it that way.
-    Costs an exchange only after such an output."""
+    alone give NaN (or nothing) cannot be trained, and no other property calls it that way. Each
+    asked as the first call of a twin (a module can remember this call's inputs and give NaN on
+    them again); where the call with autograd is finite there, it was not on this module because
+    of earlier calls (twin_first_call_right). Costs exchanges only after such an output."""
     from .harness import runs_until_failure
 
     args, options = call
-    replies, failed = runs_until_failure(module, (args, without_autograd(options)))
+    replies, failed = runs_until_failure(module.twin(), (args, options))
+    if failed is None and outputs_finite(replies[0]):
+        raise PropertyFailure("gradients_call_depends_on_earlier_calls")
+    replies, failed = runs_until_failure(module.twin(), (args, without_autograd(options)))
     require(failed is not None or not outputs_finite(replies[0]), "output_not_finite_with_autograd",
             train=bool(options.get("train")))
 
@@ -1498,8 +1516,9 @@ def right_with_autograd(module, call, reply, expected, bound):
     module built the same way (twin): a module can remember the inputs of its autograd call and
     miss again on them without autograd, and the gradient checks, skipped after a miss, would never
     judge its backward. A miss of the first call with autograd but not of the first without is
-    the same dependence on autograd; a first call with autograd that is right leaves the miss to
-    earlier calls (reference_match's depends_on_earlier_calls). Costs exchanges only after a miss."""
+    the same dependence on autograd; a first call with autograd that is right shows that earlier
+    calls made the miss (gradients_call_depends_on_earlier_calls: no other property may repeat
+    this call's pattern). Costs exchanges only after a miss."""
     if agrees_with_reference(reply, 0, expected, bound):
         return True
     args, options = call
@@ -1507,14 +1526,14 @@ def right_with_autograd(module, call, reply, expected, bound):
     calling(reply.call)  # the failure is about the call with autograd on
     require(not agrees_with_reference(again, 0, expected, bound), "output_depends_on_grad_mode")
     try:
-        if agrees_with_reference(module.twin().run(*args, **options), 0, expected, bound):
-            return False
+        first = module.twin().run(*args, **options)
         alone = module.twin().run(*args, **without_autograd(options))
     except SubmissionError as error:  # the forward pass raises on a module of its own: not a gradient's matter
         if not error.raised:
             raise
         return False
     calling(reply.call)
+    require(not agrees_with_reference(first, 0, expected, bound), "gradients_call_depends_on_earlier_calls")
     require(not agrees_with_reference(alone, 0, expected, bound), "output_depends_on_grad_mode")
     return False
 

@@ -483,9 +483,10 @@ def runs_skipping(module, calls, skippable, shapes=(), below=None):
     cannot take is masked_zero's business, not a second loss where only magnitude is judged):
     (the replies, the indices of the calls they answer). below(call): that call at a magnitude of
     ~1; a call is left out only where it fails there too (a module that refuses large inputs alone,
-    or answers them with other shapes, is judged on them). Costs an exchange more only after such
-    a failure; a raise on another call is raised."""
-    kept = list(range(len(calls)))
+    or answers them with other shapes, is judged on them); where every one of them is left out,
+    the module takes none of them (no mask at all, say), and the first raise is raised. Costs an
+    exchange more only after such a failure; a raise on another call is raised."""
+    kept, first = list(range(len(calls))), None
     while True:
         replies, failed = runs_until_failure(module, *(calls[i] for i in kept))
         if failed is None:
@@ -493,7 +494,10 @@ def runs_skipping(module, calls, skippable, shapes=(), below=None):
         index, error = failed
         if kept[index] not in skippable or (below and _answers(module, below(calls[kept[index]]), shapes)):
             raise error
+        first = first or error
         del kept[index]
+        if first is not None and not set(kept).intersection(skippable):  # not one of them taken: raised
+            raise first
     fitting = [(i, reply) for i, reply in zip(kept, replies)
                if i not in skippable or all(reply.shape(j) == list(shape) for j, shape in enumerate(shapes))
                or (below and _answers(module, below(calls[i]), shapes))]
