@@ -26,6 +26,7 @@ MANIFEST = yaml.safe_load((SUBMISSIONS / "manifest.yml").read_text(encoding="utf
 # first (the output's form, a missing prerequisite): their message describes that other test.
 UPSTREAM_CODES = {"shape_mismatch": "shapes", "missing_output": "shapes", "not_a_tensor": "shapes",
                   "dtype_mismatch": "shapes", "future_leak_upstream": "causality",
+                  "future_leak_upstream_fused": "fused_equivalence",
                   "output_nan_upstream": "causality",
                   "masked_rows_nan_upstream": "masked_zero", "masked_weight_not_zero_upstream": "masked_zero",
                   "masked_column_nan_upstream": "rows_sum_to_one", "rows_do_not_sum_to_one_upstream": "rows_sum_to_one",
