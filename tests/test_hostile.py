@@ -99,7 +99,10 @@ AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_pla
              "sa_refuses_autograd_without_input_grad": "sa_weights_returned_detached"}
 # Hostile files that hide their mistake from the property that names it and lose another instead:
 # never more points than the honest file.
-NO_BETTER = {"sa_2d_causal_shift_on_repeated_input": "sa_2d_mask_made_causal"}
+NO_BETTER = {"sa_2d_causal_shift_on_repeated_input": "sa_2d_mask_made_causal",
+             "csa_fused_train_call_refused_without_dropout": "causal_fused_only_in_eval",
+             "csa_fused_grad_call_refused_without_input_grad": "causal_fused_only_without_grad",
+             "csa_fused_clamp_replayed_on_explicit": "causal_fused_clamped_qk"}
 # The honest files graded beside the corpus, for the comparisons above.
 REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
               **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"

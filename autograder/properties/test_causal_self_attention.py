@@ -141,7 +141,10 @@ def test_causality(worker, dims, data):
             continue
         switches = {"train": True, "seed": 1, "fused": fused}
         replies, failed = runs_until_failure(trained, *(((data,), switches) for data in (x, future, x)))
-        if failed:
+        if failed:  # train_dropout's, where its form of the call (another p and seed) fails too, first on its module
+            theirs = loaded(worker, dims, dropout=0.3)[0]
+            if checks.attempted(lambda: theirs.run(x, train=True, seed=7, fused=fused))[1] is None:
+                raise failed[1]
             continue
         before_t, after_t, again = (output(reply, dims)[:, :position + 1] for reply in replies)
         if checks.train_output_leaks(before_t, after_t, again):
@@ -586,7 +589,8 @@ def fused_at_every_scale_and_length(worker, dims, rng):
         fused = output(reply, shape)
         if checks.within_reference([fused], [(want, bound, scale, "output")]):
             continue
-        explicit = output(module.run(x), shape)
+        # the explicit path as the first call of a twin: a module can replay on an input it saw
+        explicit = output(module.twin().run(x), shape)
         right = checks.within_reference([explicit], [(want, bound, scale, "output")])
         if not right and close(fused, explicit, atol=checks.REFERENCE_ATOL * scale):
             continue  # one mistake on both paths: reference_match's
@@ -623,11 +627,17 @@ def test_fused_calls_sdpa(worker, dims):
             and np.array_equal(output(default, dims), output(explicit, dims), equal_nan=True), "fused_not_false_by_default")
     # in train mode and with autograd on too: a fused path taken only in eval without autograd
     # (`if fused and not self.training`) gives the explicit path's output on a CPU. A call that
-    # fails there is train_dropout's or gradients' to name (grad mode turned off for good, say).
+    # fails there is train_dropout's or gradients' to name (grad mode turned off for good, say),
+    # where the same call in their form (dropout on; inputs requiring grad), first on its module,
+    # fails too: a module that refuses only this call's form is judged on it.
     for train in (True, False):
         try:
             traced, = module.runs(((x,), {"fused": True, "trace": sdpa, **({"train": True} if train else {"grad": True})}))
-        except SubmissionError:
+        except SubmissionError as error:
+            theirs = loaded(worker, dims, dropout=0.3)[0] if train else module.twin()
+            if error.raised and checks.attempted(lambda: theirs.run(
+                    x, fused=True, **({"train": True} if train else {"grad": True, "input_grads": ["0"]})))[1] is None:
+                raise
             continue
         require(traced.traced.get(sdpa[0], 0) >= 1, "sdpa_not_called_when", train=train)
 
