@@ -240,10 +240,10 @@ class Worker:
         # what every request starts from: restored() brings the settings back to it after each one
         self.settings_at_start = self.settings.read()
         # what a request asked for that reading the settings back cannot show: a lower-precision
-        # torch.autocast entered (watch_autocast), a thread count set (watch_threads)
+        # torch.autocast entered (watch_autocast), a thread count left set (ThreadCount)
         self.asked = set()
         watch_autocast(torch, self.asked)
-        watch_threads(torch, self.asked)
+        self.threads = ThreadCount(torch)
         self.torch = torch
         self.path = os.path.abspath(submission_path)
         self.module = None
@@ -755,18 +755,37 @@ def watch_autocast(torch, entered):
     autocast.__init__, autocast.__enter__ = asked, entering
 
 
-def watch_threads(torch, asked):
-    """Add "torch.set_num_threads" to the set `asked` whenever it is called. The worker runs on one
-    thread (as Gradescope's half CPU would anyway), so a module's set_num_threads(1) leaves the
-    count it reads back unchanged; for the program that uses the module it is a change all the same."""
-    real = torch.set_num_threads
+class ThreadCount:
+    """The thread count as a module sees it. The worker runs on one thread (as Gradescope's half CPU
+    would anyway), so a module's set_num_threads(1) would leave the count it reads back unchanged;
+    for the program that uses the module it is a change all the same. torch.get_num_threads and
+    set_num_threads are wrapped to read and set a count of the program's, PROGRAM_COUNT at each
+    request's start (the worker's own stays at one: every grading computes alike): a request that
+    leaves it otherwise changed it, and one that sets it and puts it back inside a `with` block,
+    as the statement allows, did not."""
+    PROGRAM_COUNT = 8
 
-    @functools.wraps(real)
-    def set_num_threads(count):
-        asked.add("torch.set_num_threads")
-        return real(count)
+    def __init__(self, torch):
+        self.count = self.PROGRAM_COUNT
 
-    torch.set_num_threads = set_num_threads
+        @functools.wraps(torch.set_num_threads)
+        def set_num_threads(count):
+            self.count = count
+
+        @functools.wraps(torch.get_num_threads)
+        def get_num_threads():
+            return self.count
+
+        torch.set_num_threads, torch.get_num_threads = set_num_threads, get_num_threads
+
+    def changed(self):
+        """Whether the count was left other than at the request's start; it is back there after."""
+        try:
+            left = bool(self.count != self.PROGRAM_COUNT)
+        except Exception:  # whatever the submission passed, compared as it likes
+            left = True
+        self.count = self.PROGRAM_COUNT
+        return left
 
 
 def serve(worker, requests, responses):
@@ -782,6 +801,8 @@ def serve(worker, requests, responses):
                 reply = {"ok": getattr(worker, "op_" + op)(**message.get("args", {}))}
             finally:
                 changed = worker.settings.restored(worker.settings_at_start)
+                if worker.threads.changed():
+                    worker.asked.add("torch.set_num_threads")
                 changed = [*changed, *sorted(worker.asked.difference(changed))[:MAX_ASKED_NAMED]][:wire.MAX_DIMENSIONS]
             if changed and op in ("build", "call"):  # the module's doing: reported (import's: only undone)
                 reply["ok"]["settings_changed"] = changed
@@ -843,6 +864,7 @@ def run(request_fd, response_fd, submission):
             worker.load_submission()
         finally:  # a script's settings at import are undone, not graded: only the classes are
             worker.settings.restored(worker.settings_at_start)
+            worker.threads.changed()
         ready = {"ok": {"classes": sorted(k for k, v in vars(worker.module).items() if isinstance(v, type))}}
     except BaseException as exc:
         ready = {"error": {**_student_error(exc, worker.path), "stage": "import"}}

@@ -11,8 +11,8 @@ which would be reported as the grading machine's fault.
              "config_not_kept": [str] (fields the submission's own config class took but did not keep)
   build and call may add "settings_changed": [str] (torch's global settings the request changed,
              which the worker has put back: child.GlobalSettings; each lower-precision
-             torch.autocast it entered: child.watch_autocast; torch.set_num_threads if it called
-             that: child.watch_threads)
+             torch.autocast it entered: child.watch_autocast; torch.set_num_threads if it left the
+             thread count changed: child.ThreadCount)
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
              "dropout_p": {name: float} (each nn.Dropout layer's p)}
