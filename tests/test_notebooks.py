@@ -136,6 +136,22 @@ def test_setattr_on_a_kept_class_is_kept():
     assert "setattr(SelfAttention, 'forward', forward)" in source and "print" not in source
 
 
+def test_methods_given_in_a_for_loop_over_a_written_list_are_kept():
+    """As a notebook attaches several methods at once; a loop over anything else, or one that does
+    more than set the class's attributes, is not kept (it could train, plot or run for ever)."""
+    source = kept(
+        "import torch",
+        "class MultiHeadAttention(torch.nn.Module):\n    pass",
+        "def forward(self, q, k, v, mask=None):\n    return q\n\ndef split_heads(self, x, batch_size):\n    return x",
+        "for _name, _fn in [('forward', forward), ('split_heads', split_heads)]:\n"
+        "    setattr(MultiHeadAttention, _name, _fn)",
+        "for epoch in range(3):\n    setattr(MultiHeadAttention, 'epoch', epoch)",
+        "for _name, _fn in [('forward', forward)]:\n    setattr(MultiHeadAttention, _name, _fn)\n    print(_name)",
+    )
+    assert "setattr(MultiHeadAttention, _name, _fn)\n" in source and "def split_heads" in source
+    assert "range(3)" not in source and "print" not in source
+
+
 def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
     source = kept("!pip install torch \\\n    numpy \\\n    einops\nimport torch\nX = 1",
                   "class SelfAttention(torch.nn.Module):\n    y = X")
