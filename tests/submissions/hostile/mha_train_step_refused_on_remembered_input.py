@@ -1,7 +1,7 @@
 """Hostile (an outside round): buggy/mha_inplace_dropout that raises in train mode with autograd on and remembers the query's bytes, then raises on a no-grad
 train call with them too: gradients confirmed on the same module that the forward failed without
 autograd as well, and left the failure to train_dropout (48 vs 47).
-Must score exactly as the honest file.
+Must score no more than the honest file.
 
 Buggy: MultiHeadAttention's dropout is nn.Dropout(dropout, inplace=True): it overwrites the softmax's output, which backward needs (fails in train mode)."""
 import math

@@ -1,7 +1,7 @@
 """Hostile: buggy/sa_softmax_backward_wrong (a softmax whose backward is wrong) with its output moved by
 +1 whenever its input requires grad, and on a later no-grad call with the same input: the gradient
 checks, skipped where the forward pass misses with autograd and without, never judged the backward
-(48 vs 45). Must score exactly as the honest file."""
+(48 vs 45). Must score no more than the honest file."""
 import math
 from dataclasses import dataclass
 

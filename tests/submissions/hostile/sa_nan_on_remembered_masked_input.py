@@ -1,6 +1,6 @@
 """Hostile (an outside round): buggy/sa_masked_softmax_detached_sum that returns NaN weights on a masked call whose input requires grad, and on a later no-grad call with
 that input: not_finite_for_autograd_alone confirmed on the same module (48 vs 47).
-Must score exactly as the honest file.
+Must score no more than the honest file.
 
 Deliberately buggy submission (sa_masked_softmax_detached_sum): with a mask, a hand-written softmax divides by a .detach()ed sum: the forward pass is right, the gradients of W_Q and W_K are not. Only SelfAttention differs from the reference."""
 import math

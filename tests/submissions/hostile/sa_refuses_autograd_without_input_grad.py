@@ -1,6 +1,6 @@
 """Hostile (an outside round): buggy/sa_weights_returned_detached that raises in eval with autograd on when its input does not require grad, the pattern of the check on
 the module as it builds itself alone: the raise was left to the loaded module's checks (48 vs 47).
-Must score exactly as the honest file.
+Must score no more than the honest file.
 
 Deliberately buggy submission (sa_weights_returned_detached): the weights are returned detached ("for plotting"): a loss on them reaches no layer. Only SelfAttention differs from the reference."""
 import math

@@ -1,7 +1,7 @@
 """Hostile: buggy/sa_bool_mask_filled_with_minus_1e4 that raises on masked inputs of magnitude above 100,
 which only large_inputs sends: a masked call the module raises on was left out there as a mask form
 it cannot take (masked_zero's), and the leak at ~1e3 was never judged (48 vs 47). Must score
-exactly as the honest file."""
+no more than the honest file."""
 import math
 from dataclasses import dataclass
 

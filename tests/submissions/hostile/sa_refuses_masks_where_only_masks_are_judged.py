@@ -1,6 +1,6 @@
 """Hostile (an outside round): buggy/sa_mask_flipped that raises on masked calls without autograd except at a length other than the first call's: rows_sum_to_one
 and large_inputs excused the raise as a mask form it cannot take (44 vs 42).
-Must score exactly as the honest file.
+Must score no more than the honest file.
 
 Deliberately buggy submission (sa_mask_flipped): masks the allowed positions (mask == 1). Only SelfAttention differs from the reference."""
 import math

@@ -1,6 +1,6 @@
 """Hostile (an outside round): buggy/sa_masked_softmax_detached_sum that shifts its output by 0.01 on a masked call whose input repeats the previous call's: the gradient
 checks left that miss to reference_match, which never repeats a masked input (48 vs 47).
-Must score exactly as the honest file.
+Must score no more than the honest file.
 
 Deliberately buggy submission (sa_masked_softmax_detached_sum): with a mask, a hand-written softmax divides by a .detach()ed sum: the forward pass is right, the gradients of W_Q and W_K are not. Only SelfAttention differs from the reference."""
 import math
