@@ -41,7 +41,7 @@ KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = 7, -4, -5
 DEFAULT_BASE_UID = 61000
 LEASE_SPAN = 1000  # uids tried from the first candidate on
 LEASE_FOLDERS = ("/run/attention-autograder", f"{tempfile.gettempdir()}/attention-autograder-leases")
-KILL_WAIT_S = 2.0  # how long kill_uid waits for the uid's processes to be gone
+KILL_WAIT_S = 10.0  # how long kill_uid waits for the uid's processes to be gone
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
