@@ -1050,3 +1050,153 @@ def test_a_fused_path_taken_only_sometimes_calls_no_sdpa_in_train_or_with_autogr
     assert calls == [1]
     layer.train()(x, fused=True)  # train mode, autograd on
     assert calls == [1]
+
+
+@pytest.mark.parametrize("name", ["mha_fast_path_for_large_batches", "causal_output_shifted_in_large_batches"])
+def test_an_output_that_depends_on_the_batch_size_is_wrong_only_in_a_larger_batch(name):
+    module = load(name)
+    if name.startswith("mha"):
+        mha = module.MultiHeadAttention(8, 2).eval()
+        run = lambda x: mha(x, x, x)[0]  # noqa: E731
+        expected = lambda x: multi_head(mha, x, x, x)[0]  # noqa: E731
+    else:
+        csa = module.CausalSelfAttention(config(module)).eval()
+        run, expected = csa, lambda x: causal(csa, x)  # noqa: E731
+    x = torch.randn(12, 5, 8)
+    with torch.no_grad():
+        assert torch.allclose(run(x[:2]), expected(x[:2]), atol=1e-12)
+        assert not torch.allclose(run(x)[:2], expected(x[:2]), atol=1e-4)
+
+
+def test_a_value_projection_computed_detached_never_trains():
+    sa = load("sa_value_projection_detached").SelfAttention(4)
+    sa(torch.randn(2, 3, 4))[0].sum().backward()
+    assert sa.W_Q.weight.grad.abs().sum() > 0 and sa.W_V.weight.grad is None
+
+
+def test_weights_with_a_detached_normaliser_have_the_values_but_not_the_gradients():
+    sa = load("sa_weights_softmax_detached_normaliser").SelfAttention(4)
+    x = torch.randn(2, 3, 4)
+    _, weights = sa(x)
+    expected = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]
+    assert torch.allclose(weights, expected, atol=1e-12)
+    loss = lambda w: (w * torch.log(w)).sum()  # noqa: E731  (an entropy regulariser)
+    got = torch.autograd.grad(loss(weights), sa.W_Q.weight)[0]
+    wanted = torch.autograd.grad(loss(expected), sa.W_Q.weight)[0]
+    assert (got - wanted).abs().max() > 1e-3
+
+
+QX, KX = (torch.randn(4, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) for _ in range(2))
+
+
+def directional(module, call, step=1e-6):
+    """(the gradient of sum(u · call()) along a random direction in parameter space, the central
+    difference of that sum), each call under the same seed: the same dropout draw."""
+    params = list(module.parameters())
+    direction = [torch.randn_like(p) for p in params]
+    torch.manual_seed(5)
+    u = torch.randn_like(call())
+    def summed():
+        torch.manual_seed(7)
+        return (u * call()).sum()
+    grads = torch.autograd.grad(summed(), params)
+    with torch.no_grad():
+        values = []
+        for sign in (1, -1):
+            for p, d in zip(params, direction):
+                p.add_(sign * step * d)
+            values.append(summed())
+            for p, d in zip(params, direction):
+                p.sub_(sign * step * d)
+    return sum((g * d).sum() for g, d in zip(grads, direction)), (values[0] - values[1]) / (2 * step)
+
+
+@pytest.mark.parametrize("name", ["causal_dropout_mask_redrawn_in_backward", "mha_dropout_mask_redrawn_in_backward"])
+def test_a_dropout_mask_drawn_again_in_backward_gives_another_draws_gradient(name):
+    module = load(name)
+    if name.startswith("mha"):
+        layer = module.MultiHeadAttention(8, 2, 0.5).train()
+        call = lambda: layer(QX, KX, KX)[0]  # noqa: E731
+    else:
+        layer = module.CausalSelfAttention(config(module, dropout=0.5)).train()
+        layer.resid_drop.p = 0.0
+        call = lambda: layer(QX)  # noqa: E731
+    got, expected = directional(layer, call)
+    assert abs(got - expected) > 0.05 * abs(expected)
+
+
+
+@pytest.mark.parametrize("name", ["sa_batch_chunks_read_the_first_masks", "mha_batch_chunks_read_the_first_masks"])
+def test_chunks_that_read_the_first_rows_of_the_mask_are_wrong_beyond_the_first_chunk(name):
+    module = load(name)
+    x, mask = torch.randn(8, 5, 8), torch.rand(8, 5, 5) > 0.4
+    mask[..., 0] = True
+    if name.startswith("mha"):
+        mha = module.MultiHeadAttention(8, 2).eval()
+        run, expected = (lambda x, m: mha(x, x, x, m)[0]), (lambda x, m: multi_head(mha, x, x, x, m)[0])
+    else:
+        sa = module.SelfAttention(8)
+        run = lambda x, m: sa(x, m)[0]  # noqa: E731
+        expected = lambda x, m: attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), m)[0]  # noqa: E731
+    with torch.no_grad():
+        assert torch.allclose(run(x[:4], mask[:4]), expected(x[:4], mask[:4]), atol=1e-12)
+        assert (run(x, mask) - expected(x, mask)).abs().max() > 0.05
+
+
+def test_a_forward_that_changes_with_autograd_computes_another_attention_in_training_steps():
+    mha = load("mha_mask_ignored_with_autograd").MultiHeadAttention(8, 2, 0.0).train()
+    mask = torch.rand(4, 5, 5) > 0.5
+    mask[..., 0] = True
+    with torch.no_grad():
+        plain = mha(QX, KX, KX, mask)[0]
+    assert torch.allclose(plain, multi_head(mha, QX, KX, KX, mask)[0], atol=1e-12)
+    assert (mha(QX, KX, KX, mask)[0] - plain).abs().max() > 0.05
+    module = load("causal_no_scale_in_training_steps")
+    csa = module.CausalSelfAttention(config(module)).train()
+    for fused in (False, True):
+        with torch.no_grad():
+            assert torch.allclose(csa(QX, fused=fused), causal(csa, QX), atol=1e-12)
+        assert (csa(QX, fused=fused) - causal(csa, QX)).abs().max() > 0.05
+
+
+def test_an_input_detached_in_training_or_under_a_mask_gets_no_gradient():
+    module = load("causal_input_detached_in_train")
+    csa = module.CausalSelfAttention(config(module)).train()
+    x = QX.clone().requires_grad_(True)
+    csa(x).sum().backward()
+    assert x.grad is None
+    sa = load("sa_input_detached_with_mask").SelfAttention(8)
+    x = QX.clone().requires_grad_(True)
+    sa(x, torch.ones(5, 5))[0].sum().backward()
+    assert x.grad is None
+    sa(x)[0].sum().backward()
+    assert x.grad.abs().sum() > 0
+
+
+def test_k_and_v_packed_from_their_data_get_no_gradient():
+    mha = load("mha_packed_kv_through_data").MultiHeadAttention(8, 2)
+    mha(QX, KX, KX)[0].sum().backward()
+    assert mha.W_Q.weight.grad.abs().sum() > 0 and mha.W_K.weight.grad is None and mha.W_V.weight.grad is None
+
+
+@pytest.mark.parametrize("name, length, magnitude", [("sa_softmax_backward_in_blocks_of_64", 100, 1.0),
+                                                     ("sa_softmax_backward_without_max", 5, 100.0)])
+def test_a_softmax_backward_written_by_hand_is_wrong_beyond_a_block_or_at_large_scores(name, length, magnitude):
+    sa = load(name).SelfAttention(8)
+    x = magnitude * torch.randn(1, length, 8)
+    got = torch.autograd.grad(sa(x)[0].sum(), sa.W_Q.weight)[0]
+    wanted = torch.autograd.grad(attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0].sum(), sa.W_Q.weight)[0]
+    assert torch.isfinite(wanted).all()
+    assert not torch.isfinite(got).all() or (got - wanted).abs().max() > 1e-3 * wanted.abs().max()
+
+
+def test_a_scale_dropped_after_an_optimizer_step_is_right_only_before_it():
+    module = load("causal_scale_dropped_after_optimizer_step")
+    csa = module.CausalSelfAttention(config(module)).eval()
+    with torch.no_grad():
+        assert torch.allclose(csa(QX), causal(csa, QX), atol=1e-12)
+    csa(QX).sum().backward()
+    torch.optim.SGD(csa.parameters(), lr=1e-3).step()
+    with torch.no_grad():
+        for fused in (False, True):
+            assert (csa(QX, fused=fused) - causal(csa, QX)).abs().max() > 0.01

@@ -103,7 +103,14 @@ NO_BETTER = {"sa_backward_hidden_by_a_remembered_input": "sa_softmax_backward_wr
              "sa_2d_causal_shift_on_repeated_input": "sa_2d_mask_made_causal",
              "csa_fused_train_call_refused_without_dropout": "causal_fused_only_in_eval",
              "csa_fused_grad_call_refused_without_input_grad": "causal_fused_only_without_grad",
-             "csa_fused_clamp_replayed_on_explicit": "causal_fused_clamped_qk"}
+             "csa_fused_clamp_replayed_on_explicit": "causal_fused_clamped_qk",
+             "csa_detached_in_train_hidden_by_a_large_batch_shift": "causal_weights_detached_in_train",
+             "mha_memory_detached_hidden_by_a_large_batch_shift": "mha_memory_detached",
+             "sa_value_detached_unless_input_requires_grad": "sa_value_projection_detached",
+             "sa_weights_backward_wrong_behind_sdpa_output": "sa_weights_softmax_detached_normaliser",
+             "csa_dropout_redrawn_in_backward_only_with_autograd": "causal_dropout_mask_redrawn_in_backward",
+             "mha_dropout_redrawn_in_backward_only_with_autograd": "mha_dropout_mask_redrawn_in_backward",
+             "mha_packed_kv_through_data_when_key_is_value": "mha_packed_kv_through_data"}
 # The honest files graded beside the corpus, for the comparisons above.
 REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
               **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"

@@ -250,7 +250,7 @@ def _hint(outcome, hints):
 # the seed of dropout's randomness tells a student nothing they can use, and the gradient fed to
 # backward is the grader's instrument ("seguida de backward" says enough).
 CALL_MODES = ("train", "grad", "noncontiguous", "in_place", "device")
-CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grads")
+CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grads", "backward_from")
 
 
 def _example(outcome, labels):
@@ -290,7 +290,7 @@ def _call(call, cls, labels):
     shown = labels["call"].format(call=f"{cls if method == '__init__' else method}({', '.join(arguments)})")
     modes = [labels["call_train"]] if call.get("train") else []
     if call.get("grad"):
-        modes.append(labels["call_grad"])
+        modes.append(labels["call_grad_from_weights" if call.get("backward_from") == 1 else "call_grad"])
     if call.get("noncontiguous"):
         modes.append(labels["call_noncontiguous"])
     if call.get("in_place"):

@@ -224,17 +224,32 @@ def rows_differ(weights, expected):
             expected=float(f"{want:.3g}"))
 
 
-def batch_independent(run, inputs, rng, outputs_shape_checker):
-    """Changing batch element b (every input at once) must leave every other element alone."""
+def batch_independent(run, inputs, rng, outputs_of, grown, masks=None):
+    """Changing batch element b (every input at once) must leave every other element alone; and
+    the elements must give the same outputs at the end of a batch grown to `grown` elements (the
+    others new), without a mask and, where masks(batch) makes one mask per example, with one: a
+    module whose output depends on how many examples it is given (a shift, a leak, a cache, or
+    chunks of the batch that read the wrong rows of the mask, beyond some batch size) is right at
+    the small sizes every other property draws and wrong at the sizes of gradients' calls, which
+    `grown` reaches. outputs_of(reply, batch): the reply's output, shape-checked for a batch of
+    that size."""
     batch = inputs[0].shape[0]
-    before = outputs_shape_checker(run(*inputs))
+    before = outputs_of(run(*inputs), batch)
     victim = int(rng.integers(batch))
     changed = [x.copy() for x in inputs]
     for x in changed:
         x[victim] = rng.standard_normal(x[victim].shape).astype(x.dtype)
-    after = outputs_shape_checker(run(*changed))
+    after = outputs_of(run(*changed), batch)
     others = [b for b in range(batch) if b != victim]
     expect_close(after[others], before[others], "batch_leak", atol=1e-6, changed=victim)
+    extra = grown - batch
+    larger = [np.concatenate([rng.standard_normal((extra, *x.shape[1:])).astype(x.dtype), x]) for x in inputs]
+    expect_close(outputs_of(run(*larger), grown)[extra:], before, "batch_size_changes_output", batch=batch, grown=grown)
+    if masks is not None:
+        mask = masks(batch)
+        before = outputs_of(run(*inputs, mask=mask), batch)
+        after = outputs_of(run(*larger, mask=np.concatenate([masks(extra), mask])), grown)[extra:]
+        expect_close(after, before, "batch_size_changes_output", batch=batch, grown=grown)
 
 
 def gradients_reach_every_parameter(reply, biased=True):
@@ -249,6 +264,17 @@ def gradients_reach_every_parameter(reply, biased=True):
     require(not bad, "gradient_not_finite", names=bad)
     zero = sorted(n for n, g in grads.items() if not np.any(g) and (biased or not n.endswith(".bias")))
     require(not zero, "zero_gradient", names=zero)
+
+
+def gradients_finite_when_large(reply):
+    """At the largest input magnitude reference_match compares, the gradients (of the parameters
+    and of the inputs) are finite numbers: their values are left to float32's rounding there (a
+    saturated softmax's are tiny and may be 0), but a backward written by hand that recomputes the
+    softmax without subtracting the row's max overflows to inf and NaN."""
+    grads = {**{n: g for n, g in reply.grads.items() if g is not None},
+             **{f"input {n}": g for n, g in reply.input_grads.items() if g is not None}}
+    bad = sorted(n for n, g in grads.items() if not np.isfinite(g).all())
+    require(not bad, "gradient_not_finite_large", names=bad)
 
 
 def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None, rows=None):
@@ -413,69 +439,160 @@ def gradients_match_reference(reply, params, output_of, upstream, rng, inputs=No
                 expected=float(f"{expected:.4g}"))
 
 
-def train_gradients_match_reference(reply, params, weights, p, output_from, weights_of, upstream, rng):
+def train_gradients_match_reference(reply, params, weights, p, output_from, weights_of, upstream, rng, inputs=None,
+                                    input_names=None):
     """A train-mode call with autograd on (reply: output, the weights after dropout, and the
     gradients of sum(upstream · output)), where the weights returned are a dropout of the
     reference's (`weights`: each kept one multiplied by 1/(1-p), the others 0; else the dropout is
     train_dropout's business): the output must be the one those weights give (output_from(params,
-    weights)), and the gradients those of that function with the same entries dropped
-    (gradients_match_reference, weights_of(params) being the reference's weights before dropout).
+    weights, {}), and the gradients those of that function with the same entries dropped
+    (gradients_match_reference, weights_of(params, {}) being the reference's weights before
+    dropout; both take {name: changed input} for the gradients of `inputs`, as there).
     Dropout that autograd does not see (applied through .data, a mask drawn again when a checkpoint
-    recomputes it) or an output that, with autograd on, comes from another draw shows here."""
+    recomputes it) or an output that, with autograd on, comes from another draw shows here.
+    Whether it judged: where it did not, gradients_are_the_forwards can."""
     if len(reply.outputs) < 2 or not isinstance(reply.outputs[1], np.ndarray) or reply.outputs[1].shape != weights.shape:
-        return
+        return False
     returned = reply.outputs[1].astype(np.float64)
     kept = returned != 0
     if not np.allclose(returned[kept], weights[kept] / (1 - p), rtol=1e-4, atol=1e-6):
-        return  # not a dropout of the reference's weights: train_dropout's (or reference_match's) to name
+        return False  # not a dropout of the reference's weights: not judged against the reference
     factor = kept / (1 - p)
     output = reply.outputs[0]
-    expected = output_from(params, returned)
+    expected = output_from(params, returned, {})
     require(isinstance(output, np.ndarray) and output.shape == expected.shape
             and np.allclose(output, expected, rtol=1e-4, atol=1e-5), "train_output_not_from_weights", p=p)
-    gradients_match_reference(reply, params, lambda changed, _: output_from(changed, weights_of(changed) * factor),
-                              upstream, rng)
+    gradients_match_reference(reply, params, lambda changed, moved: output_from(changed, weights_of(changed, moved) * factor, moved),
+                              upstream, rng, inputs, input_names)
+    return True
 
 
-# The train-mode central difference: a step along a standard normal direction in parameter space,
-# small enough that the second-order term stays below float32's rounding of the outputs it sums.
+# The central difference of a module's own forward pass: a step along a standard normal direction in
+# parameter space, small enough that the second-order term stays below float32's rounding of the
+# outputs it sums.
 PERTURB_STEP = 1e-3
 PERTURB_RTOL = 0.02
 
 
-def train_gradients_are_the_forwards(module, call, reply, upstream):
-    """A train-mode call with autograd on (call, its reply, `upstream` its gradient of output 0):
-    along a direction in parameter space, the gradients must give the central difference of
-    sum(upstream · output) that the same forward pass gives, under the same seed (so the same
-    dropout draw), with the parameters moved a step either way (the worker's perturb option, two
-    calls). Where the module does not give the same output under the same seed without autograd
-    (its randomness depends on the grad mode), nothing is judged. Dropout that autograd does not
-    see, or a mask drawn again when the backward pass recomputes the forward one (checkpoint
-    without preserve_rng_state), shows here; no reference is needed, as the draw is the module's."""
+def gradients_are_the_forwards(module, call, reply, upstream):
+    """A call with autograd on (call, its reply, `upstream` the gradient of the output it calls
+    backward from, backward_from: 0 the output, 1 the weights): along a direction in parameter
+    space and in the inputs whose gradients it asks for, the gradients must give the central
+    difference of sum(upstream · output) that the same forward pass gives, under the same seed (so
+    the same dropout draw), with the parameters (the worker's perturb option) and those inputs
+    moved a step either way (two calls). No reference is needed: in train mode the draw is the
+    module's, and in eval it judges the backward pass of a forward pass that is not the
+    reference's (a forward pass wrong only at gradients' sizes must not hide a backward pass that
+    is wrong too). The same call without autograd, under the same seed, must give the same output
+    (same_without_autograd). Dropout that autograd does not see, a mask drawn again when the
+    backward pass recomputes the forward one (checkpoint without preserve_rng_state), a backward
+    written by hand or a graph cut shows here."""
     from ..worker import parameters
 
     args, options = call
-    plain = {k: v for k, v in options.items() if k not in ("grad", "upstream", "input_grads")}
+    plain = without_autograd(options)
     seed = int(options.get("seed", 0)) + 104729
+    # the inputs whose gradients the call asks for move too, along directions of their own
+    moving = {int(name): np.random.default_rng([seed, int(name)]).standard_normal(args[int(name)].shape)
+              for name in options.get("input_grads", ())}
+
+    def moved(step):
+        return tuple((t + step * moving[i]).astype(t.dtype) if i in moving else t for i, t in enumerate(args))
+
     # the moved calls as the call itself was made (autograd on), before any without it: a module
     # that keeps something from a call without autograd (a copy of a weight) is reference_match's
-    plus, minus, again = module.runs((args, {**options, "perturb": {"seed": seed, "step": PERTURB_STEP}}),
-                                     (args, {**options, "perturb": {"seed": seed, "step": -PERTURB_STEP}}),
+    plus, minus, again = module.runs((moved(PERTURB_STEP), {**options, "perturb": {"seed": seed, "step": PERTURB_STEP}}),
+                                     (moved(-PERTURB_STEP), {**options, "perturb": {"seed": seed, "step": -PERTURB_STEP}}),
                                      (args, plain))
-    outputs = [r.outputs[0] if r.outputs else None for r in (reply, again, plus, minus)]
+    index = int(options.get("backward_from", 0))
+    outputs = [r.outputs[index] if len(r.outputs) > index else None for r in (reply, again, plus, minus)]
     if not all(isinstance(o, np.ndarray) and o.shape == upstream.shape for o in outputs):
         return
-    if not np.array_equal(outputs[0], outputs[1], equal_nan=True):
-        return  # another draw without autograd: the randomness is not the seed's alone
+    _same_without_autograd(reply, again)
     direction = parameters.direction(seed, module.param_shapes)
     terms = [reply.grads[name].astype(np.float64) * direction[name] for name in sorted(direction)
              if isinstance(reply.grads.get(name), np.ndarray) and reply.grads[name].shape == direction[name].shape]
+    for position, along in moving.items():  # an input's gradient cut off (missing, another shape) counts as 0
+        grad = reply.input_grads.get(str(position))
+        if isinstance(grad, np.ndarray) and grad.shape == along.shape:
+            terms.append(grad.astype(np.float64) * along)
     got = float(sum(t.sum() for t in terms))
     expected = float((upstream * (outputs[2].astype(np.float64) - outputs[3])).sum()) / (2 * PERTURB_STEP)
     scale = float(sum(np.abs(t).sum() for t in terms))
     calling(reply.call)
-    require(abs(got - expected) <= PERTURB_RTOL * max(scale, abs(expected)), "train_gradient_mismatch",
+    require(abs(got - expected) <= PERTURB_RTOL * max(scale, abs(expected)),
+            "train_gradient_mismatch" if options.get("train") else "own_gradient_mismatch",
             got=float(f"{got:.4g}"), expected=float(f"{expected:.4g}"))
+
+
+def same_without_autograd(module, call, reply):
+    """The output of a call made with autograd on (reply) is that of the same call without it,
+    under the same seed: every other property calls without autograd, so a forward pass that
+    changes with it (dropout, a mask or the scale skipped in training steps, another dropout
+    draw) would be judged nowhere in the steps that train it."""
+    args, options = call
+    _same_without_autograd(reply, module.run(*args, **without_autograd(options)))
+
+
+def _same_without_autograd(reply, again):
+    got, plain = (r.outputs[0] if r.outputs else None for r in (reply, again))
+    if isinstance(got, np.ndarray) and isinstance(plain, np.ndarray) and got.shape == plain.shape:
+        calling(reply.call)
+        expect_close(got, plain, "output_changes_with_grad_mode", atol=1e-6, rtol=1e-5)
+
+
+def gradients_through_weights(module, call, weights_of, bound, upstream, rng):
+    """A loss on the weights a module returns (entropy regularisation, supervised attention) trains
+    W_Q and W_K through them: backward from the weights (call: backward_from 1, `upstream` of the
+    weights' shape), the parameters' gradients must be those of weights_of(params) (the reference's
+    weights, float64; bound: their rounding bound) where the weights are the reference's, else those
+    of the module's own forward pass. Weights whose values are right but whose backward is not (a
+    softmax written with a detached normaliser, a custom autograd.Function) show here; a backward
+    that cannot run from the weights at all is trains_from_its_own_start's to name."""
+    from .harness import runs_until_failure
+
+    replies, failed = runs_until_failure(module, call)
+    if failed:
+        return
+    reply = replies[0]
+    if agrees_with_reference(reply, 1, weights_of(module.params), bound):
+        calling(reply.call)
+        gradients_match_reference(reply, module.params, lambda params, _: weights_of(params), upstream, rng)
+    else:
+        gradients_are_the_forwards(module, call, reply, upstream)
+
+
+def rows_reached(reply, contract):
+    """Whether every row (output unit) of each contract layer's weight gets a gradient in this call:
+    where an eval call's do, a train-mode call's must too (gradients_reach_every_parameter_in_train),
+    whether or not the forward pass is the reference's."""
+    return not any(_zero_rows(reply.grads[name]) for name in contract if name.endswith(".weight")
+                   and isinstance(reply.grads.get(name), np.ndarray) and reply.grads[name].ndim == 2)
+
+
+def no_gradient_where_its_forward_is_blind(module, call, reply, blocked, row, names):
+    """no_gradient_where_blocked for a call whose forward pass is not the reference's, judged
+    against the module's own forward pass: the inputs `names` ({index as the worker names it: what
+    to call it}) given other values at the positions `blocked` (B, T) closes to query row `row`;
+    where the row's output does not change (the forward pass does not read them), no gradient may
+    reach them. Where it changes, the forward pass reads what it may not, which is the masking's or
+    the batch size's mistake (masked_zero, causality, batch_independence), not the backward's."""
+    args, options = call
+    plain = without_autograd(options)
+    rng = np.random.default_rng(row)
+    moved = [t.copy() for t in args]
+    for index in names:
+        moved[int(index)][blocked] = rng.standard_normal(moved[int(index)][blocked].shape).astype(moved[int(index)].dtype)
+    before, after = module.runs((args, plain), (tuple(moved), plain))
+    rows = [r.outputs[0][..., row, :] if r.outputs and isinstance(r.outputs[0], np.ndarray) and r.outputs[0].ndim >= 2
+            else None for r in (reply, before, after)]
+    if any(r is None or r.shape != rows[0].shape for r in rows):
+        return  # outputs of another shape: shapes' to name
+    _same_without_autograd(reply, before)
+    if not np.allclose(rows[1], rows[2], rtol=0, atol=1e-6):
+        return
+    for index, what in names.items():
+        no_gradient_where_blocked(reply.input_grads.get(index), blocked, what, row)
 
 
 def finite(array, what):
@@ -1118,9 +1235,9 @@ GRADIENT_LEAK = 1e-6
 def no_gradient_where_blocked(grad, blocked, what, row):
     """grad (B, T, d): an input's gradient from the outputs of query row `row` alone; blocked (B, T):
     the positions of that input this row may not read (masked, or in the future). They must get
-    no gradient, as they got no weight."""
-    if grad is None:
-        return
+    no gradient, as they got no weight; and the input must get one (None: cut from the graph, so
+    that whatever made it would not train)."""
+    require(grad is not None, "input_without_gradient", what=what)
     leak = np.abs(grad).max(axis=-1)
     bad = blocked & (leak > GRADIENT_LEAK * max(float(np.abs(grad).max()), 1e-30))
     if bad.any():
@@ -1445,7 +1562,9 @@ def gradients_in_calls(module, calls, checked):
             message = error.message[len("backward(): "):].split(" Hint: enable anomaly detection")[0]
             # torch's words for an output with no graph behind it: gradients turned off or the
             # graph cut in forward, not an in-place operation
-            code = "backward_no_graph" if "does not require grad and does not have a grad_fn" in message else "backward_failed"
+            code = ("backward_no_graph" if "does not require grad and does not have a grad_fn" in message
+                    else "backward_failed" if "modified by an inplace operation" in message
+                    else "backward_raised")  # a backward written by hand, a hook
             raise call_failure(error, code, message=message.rstrip("."), situation=situation)
         if not options.get("train"):
             raise error
@@ -1459,9 +1578,11 @@ def gradients_in_calls(module, calls, checked):
         evaluated = [i for i, (_, o) in enumerate(calls) if not o.get("train")]
         replies = dict(zip(evaluated, module.runs(*(calls[i] for i in evaluated))))
         for i in evaluated:
+            calling(replies[i].call)
             checked(i, replies[i])
         return
     for i, reply in enumerate(replies):
+        calling(reply.call)  # a failure below is about this call, whichever call a check made last
         checked(i, reply)
 
 

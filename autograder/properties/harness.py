@@ -188,7 +188,9 @@ class Remote:
     def reloading(self, seed):
         """(the call option `reload` that gives the module new values for its contract layers
         first, drawn from seed; those values in float64, for the reference): the same module after
-        an optimizer step, say. Only for a module built with load_seed, without load_scale."""
+        an optimizer step, say, written through .data (`p.data -= lr * p.grad`, which `_version`
+        does not count); with {**reload, "step": True}, written as optimizer.step() writes them
+        (which it counts). Only for a module built with load_seed, without load_scale."""
         chosen = parameters.draw(np.random.default_rng(seed), self.param_shapes, self.layers)
         return {"seed": seed, "layers": list(self.layers)}, {k: v.astype(np.float64) for k, v in chosen.items()}
 
@@ -453,6 +455,16 @@ def square_batch_then_no_mask(rng, calls, masks, square_args, mask_shape, turn):
     after the masked calls (a mask kept from one of them closes positions)."""
     mask = random_mask(rng, *mask_shape, dtype=MASK_DTYPES[turn % len(MASK_DTYPES)])
     return [*calls, (square_args, {"mask": mask}), calls[0]], [*masks, mask, None]
+
+
+# gradients' calls hold at least this many query rows (B·rows per example): enough that dropout
+# cannot silence every path of a correct module; batch_independence grows a batch to the same size.
+GRADIENT_ROWS = 64
+
+
+def gradient_batch(batch, rows_per_example):
+    """The batch size of gradients' calls: `batch`, or more where it holds fewer than GRADIENT_ROWS rows."""
+    return max(batch, -(-GRADIENT_ROWS // rows_per_example))
 
 
 def one_row(shape, row, rng):

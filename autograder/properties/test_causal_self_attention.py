@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
-from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, graded, long_time, one_row,
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
 from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -174,13 +174,14 @@ def test_reference_match(worker, dims, short, scales):
     other classes' long call (a window over the last few tokens, or anything else that goes wrong
     only on long sequences, shows there), then two short ones (nothing kept from the longer call:
     a mask cut from its end sees the future), then the first short one again, before and after the
-    parameters change in place (as an optimizer step changes them). Longer after shorter is
+    parameters change in place (through .data, then as optimizer.step() writes them, which
+    `_version` counts). Longer after shorter is
     `shapes`' business. Short ones of 2 positions at least: with one, every weight row is [1] and
     a mistake in the heads or the weights matches there, so a miss of the long call alone would
     wrongly read as one about length."""
     dims = {**dims, "T": short}
     module, rng = loaded(worker, dims, dropout=0.2)
-    lengths = [dims["block_size"], short, short, short, short]
+    lengths = [dims["block_size"], short, short, short, short, short]
     example(**dims, dropout=0.2, scales=list(scales), lengths=lengths)
     first, second, third = scales
     xs = [inputs(rng, {**dims, "T": T}, scale) for T, scale in zip(lengths, scales)]
@@ -188,8 +189,8 @@ def test_reference_match(worker, dims, short, scales):
     # in_place: the input written into the tensor of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"in_place": True}), ((xs[1],), {}),
-             ((xs[1],), {"reload": reload, "in_place": True})]
-    magnitudes = [first, second, third, second, second]
+             ((xs[1],), {"reload": reload, "in_place": True}), ((xs[1],), {"reload": {**reload, "step": True}})]
+    magnitudes = [first, second, third, second, second, second]
 
     def wanted(i):
         (x,), options = calls[i]
@@ -200,7 +201,8 @@ def test_reference_match(worker, dims, short, scales):
     heads = dims["n_head"] % 4 + 1  # another head count, head size and block_size
     checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, {**dims, "T": lengths[i]})], wanted,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
-                                  {0: ("causal_reference_mismatch_long", {"positions": dims["block_size"]})},
+                                  {0: ("causal_reference_mismatch_long", {"positions": dims["block_size"]}),
+                                   5: ("reference_mismatch_after_step", {})},
                                   another=lambda: another_configuration(worker, {
                                       **dims, "n_head": heads, "block_size": dims["block_size"] + 1,
                                       "n_embd": heads * (dims["n_embd"] // dims["n_head"] + 1)}))
@@ -217,7 +219,8 @@ def another_configuration(worker, dims):
 @given(dims=causal_dims(min_batch=2))
 def test_batch_independence(worker, dims):
     module, rng = loaded(worker, dims)
-    checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: output(r, dims))
+    checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r, b: output(r, {**dims, "B": b}),
+                             gradient_batch(dims["B"] + 1, dims["T"]))
 
 
 @graded(CLS, "eval_deterministic")
@@ -444,7 +447,7 @@ def test_gradients(worker, dims, fused, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval and in train mode (dropout p), on both
     paths; and no gradient reaches a token from the outputs of the tokens before it."""
     # Enough tokens (B·T >= 64) that dropout cannot silence every path of a correct module.
-    dims = {**dims, "B": max(dims["B"], -(-64 // dims["T"]))}
+    dims = {**dims, "B": gradient_batch(dims["B"], dims["T"])}
     module, rng = loaded(worker, dims, dropout=p)
     B, T, C = dims["B"], dims["T"], dims["n_embd"]
     row = data.draw(integers(0, T - 2), label="row")
@@ -455,13 +458,22 @@ def test_gradients(worker, dims, fused, p, seed, data):
     everywhere = gaussian(rng, B, T, C)
     # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
     calls = [((x,), {"grad": True, "fused": fused, "upstream": everywhere, "input_grads": ["0"]}),
-             ((x,), {**train, "seed": seed, "upstream": everywhere}),
-             ((x,), {**train, "seed": seed + 1, "fused": True, "upstream": everywhere}),
-             ((x,), {**train, "seed": seed + 2, "fused": fused, "upstream": upstream, "input_grads": ["0"]})]
+             ((x,), {**train, "seed": seed, "upstream": everywhere, "input_grads": ["0"]}),
+             ((x,), {**train, "seed": seed + 1, "fused": True, "upstream": everywhere, "input_grads": ["0"]}),
+             ((x,), {**train, "seed": seed + 2, "fused": fused, "upstream": upstream, "input_grads": ["0"]}),
+             # at the largest magnitude reference_match compares, gradients must be finite (one written by
+             # hand without the softmax's max overflows there; their values are float32's to round)
+             ((x * np.float32(max(INPUT_SCALES)),), {"grad": True, "fused": fused, "upstream": everywhere,
+                                                     "input_grads": ["0"]})]
 
     right = []  # whether the eval forward pass (call 0, the same path as call 3) is the reference's
+    rows = []  # whether train-mode calls must reach every row: the eval call's do
 
     def checked(i, reply):
+        if i == 4:
+            if checks.outputs_finite(reply):  # else large_inputs' or reference_match's to name
+                checks.gradients_finite_when_large(reply)
+            return
         if i > 0 and right[0] and not checks.outputs_finite(reply):
             checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN in train mode alone (dropout before the softmax, 0 · -inf): train_dropout's, as a raise there
@@ -469,24 +481,25 @@ def test_gradients(worker, dims, fused, p, seed, data):
         if i == 0:
             out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
             right.append(checks.right_with_autograd(module, calls[0], reply, out, bound))
-        if i < 3:
-            if i == 0:
-                checks.gradients_reach_every_parameter(reply)
-            else:
-                checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=right[0])
-                if right[0]:  # the gradients of the train-mode forward pass, under its own dropout draw
-                    checks.train_gradients_are_the_forwards(module, calls[i], reply, everywhere)
-            if i == 0 and right[0]:  # judged where the forward pass is right: a wrong one is reference_match's
+            checks.gradients_reach_every_parameter(reply)
+            if right[0]:
                 checks.gradients_match_reference(
                     reply, module.params, lambda p, changed: reference.causal_self_attention(
                         p, dims["n_head"], changed.get("0", x.astype(np.float64))),
                     everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
-            return
-        # Judged only where the forward pass is right: a future that leaks there is causality's business.
-        if right[0]:
+            else:  # a forward pass that is not the reference's (reference_match's) still has its own gradients
+                checks.gradients_are_the_forwards(module, calls[0], reply, everywhere)
+            rows.append(right[0] or checks.rows_reached(reply, module.params))
+        elif i < 3:  # the gradients of the train-mode forward pass, under its own dropout draw
+            checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=rows[0])
+            checks.gradients_are_the_forwards(module, calls[i], reply, everywhere)
+        else:
             future = np.zeros((B, T), bool)
             future[:, row + 1:] = True
-            checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
+            if right[0]:
+                checks.no_gradient_where_blocked(reply.input_grads.get("0"), future, "x", row)
+            else:  # a future its forward pass reads is causality's business
+                checks.no_gradient_where_its_forward_is_blind(module, calls[3], reply, future, row, {"0": "x"})
 
     checks.gradients_in_calls(module, calls, checked)
     # The module as it builds itself, proj given the grader's values (proj may start at zero): qkv's

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, call_failure, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, call_failure, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -226,7 +226,7 @@ def test_reference_match(worker, dims, scales):
     are exactly 0, which a mask must not be confused with), one query against a memory that is
     both key and value in a larger batch (WIDE_BATCH) with one mask for all of it,
     self-attention (one tensor as query, key and value), then the first inputs again, before and after the parameters change in place (as an
-    optimizer step changes them). Tq, Tk >= 2: then the short calls can tell a mistake of the
+    optimizer step changes them; then as optimizer.step() writes them, which `_version` counts). Tq, Tk >= 2: then the short calls can tell a mistake of the
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
     first, second, third = scales
@@ -253,9 +253,10 @@ def test_reference_match(worker, dims, scales):
     x = cross_inputs(rng, self_dims)[0]
     calls += [(padded, {"mask": long_mask}),
               ((query, memory, memory), {"mask": random_mask(rng, 1, 1, dims["Tk"])}),  # float32, as above
-              ((), {"query": x, "key": x, "value": x}), calls[0], (calls[0][0], {"reload": reload, "in_place": True})]
-    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, first]
-    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims]
+              ((), {"query": x, "key": x, "value": x}), calls[0], (calls[0][0], {"reload": reload, "in_place": True}),
+              (calls[0][0], {"reload": {**reload, "step": True}})]
+    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, first, first]
+    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims, dims]
 
     def expected(i):
         args, options = calls[i]
@@ -268,7 +269,8 @@ def test_reference_match(worker, dims, scales):
     heads = dims["h"] % 4 + 1  # another head count and head size
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
-                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]})},
+                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]}),
+                                   8: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "h": heads,
                                                            "d_model": heads * (dims["d_model"] // dims["h"] + 1)}))
 
@@ -284,7 +286,9 @@ def another_configuration(worker, dims):
 @given(dims=multi_head_dims(min_batch=2))
 def test_batch_independence(worker, dims):
     module, rng = loaded(worker, dims)
-    checks.batch_independent(module.run, list(cross_inputs(rng, dims)), rng, lambda r: outputs(r, dims)[0])
+    checks.batch_independent(module.run, list(cross_inputs(rng, dims)), rng, lambda r, b: outputs(r, {**dims, "B": b})[0],
+                             gradient_batch(dims["B"] + 1, dims["h"] * dims["Tq"]),
+                             lambda b: random_mask(rng, b, dims["Tq"], dims["Tk"]))
 
 
 @graded(CLS, "eval_deterministic")
@@ -409,7 +413,7 @@ def test_gradients(worker, dims, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval, and in train mode (dropout p) with a
     mask; and, with a mask, no gradient reaches from a query row the keys and values it closes."""
     # Enough query rows (B·h·Tq >= 64) that dropout cannot silence every weight of a correct module.
-    dims = {**dims, "B": max(dims["B"], -(-64 // (dims["h"] * dims["Tq"])))}
+    dims = {**dims, "B": gradient_batch(dims["B"], dims["h"] * dims["Tq"])}
     module, rng = loaded(worker, dims, dropout=p)
     B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]
     row = data.draw(integers(0, Tq - 1), label="row")
@@ -420,46 +424,87 @@ def test_gradients(worker, dims, p, seed, data):
     everywhere = gaussian(rng, B, Tq, dims["d_model"])
     # the eval call with autograd on, the inputs requiring grad too (as the outputs of layers that train)
     calls = [(args, {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]}),
-             (args, {**train, "seed": seed, "upstream": everywhere}),
-             (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["1", "2"]})]
+             (args, {**train, "seed": seed, "upstream": everywhere, "input_grads": ["0", "1", "2"]}),
+             (args, {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0", "1", "2"]})]
+    # self-attention on a long sequence, one tensor as query, key and value (as a transformer calls
+    # it: a module that packs K and V when key is value trains them too; a backward written by hand
+    # in blocks of keys goes wrong only beyond the first block); last, the inputs at the largest
+    # magnitude reference_match compares, where gradients must be finite (one written by hand
+    # without the softmax's max overflows there; their values are float32's to round)
+    x_long = gaussian(rng, 1, long_time(rng), dims["d_model"])
+    on_long = gaussian(rng, *x_long.shape)
+    calls += [((x_long, x_long, x_long), {"grad": True, "upstream": on_long}),
+              (tuple(t * np.float32(max(INPUT_SCALES)) for t in args),
+               {"grad": True, "upstream": everywhere, "input_grads": ["0", "1", "2"]})]
 
     right = []  # whether the eval forward pass (call 0) is the reference's
+    rows = []  # whether the train-mode call must reach every row: the eval call's do
 
     def checked(i, reply):
         if i > 0 and not checks.outputs_finite(reply):
             checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
-        if i < 2:
-            if i == 0:
-                checks.gradients_reach_every_parameter(reply, biased=False)
+        inputs64 = [t.astype(np.float64) for t in args]
+        if i == 4:
+            checks.gradients_finite_when_large(reply)
+        elif i == 0:
+            checks.gradients_reach_every_parameter(reply, biased=False)
+            out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
+            right.append(checks.right_with_autograd(module, calls[0], reply, out, e_out))
+            if right[0]:  # judged against the reference where the forward pass is right: a wrong one is reference_match's
+                checks.gradients_match_reference(
+                    reply, module.params, lambda p, changed: reference.multi_head_attention(
+                        p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)))[0],
+                    everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES)
+            else:  # and against its own forward pass where it is not
+                checks.gradients_are_the_forwards(module, calls[0], reply, everywhere)
+            rows.append(right[0] or checks.rows_reached(reply, module.params))
+        elif i == 1:
+            checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=rows[0])
+            # train mode with autograd on, as training runs: judged from the weights returned where
+            # they are a dropout of the reference's, else against its own forward pass; either way its
+            # output must be the one without autograd, which train_dropout judges
+            def moved(changed):
+                return [changed.get(str(i), t) for i, t in enumerate(inputs64)]
+
+            if right[0] and checks.train_gradients_match_reference(
+                    reply, module.params, reference.multi_head_attention(module.params, dims["h"], *inputs64, mask)[1],
+                    p, lambda params, weights, changed: reference.multi_head_output_from_weights(
+                        params, dims["h"], moved(changed)[2], weights),
+                    lambda params, changed: reference.multi_head_attention(params, dims["h"], *moved(changed), mask)[1],
+                    everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES):
+                checks.same_without_autograd(module, calls[i], reply)
             else:
-                checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=right[0])
-                if right[0]:  # train mode with autograd on, as training runs: judged from the weights returned
-                    inputs64 = [t.astype(np.float64) for t in args]
-                    checks.train_gradients_match_reference(
-                        reply, module.params, reference.multi_head_attention(module.params, dims["h"], *inputs64, mask)[1],
-                        p, lambda params, weights: reference.multi_head_output_from_weights(params, dims["h"], inputs64[2], weights),
-                        lambda params: reference.multi_head_attention(params, dims["h"], *inputs64, mask)[1],
-                        everywhere, rng)
-            if i == 0:  # judged where the forward pass is right: a wrong one is reference_match's
-                inputs64 = [t.astype(np.float64) for t in args]
-                out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
-                right.append(checks.right_with_autograd(module, calls[0], reply, out, e_out))
-                if right[0]:
-                    checks.gradients_match_reference(
-                        reply, module.params, lambda p, changed: reference.multi_head_attention(
-                            p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)))[0],
-                        everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES)
-            return
-        # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
-        out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
-            module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)
-        if checks.agrees_with_reference(reply, 0, out, e_out) and checks.agrees_with_reference(reply, 1, weights, e_weights):
+                checks.gradients_are_the_forwards(module, calls[i], reply, everywhere)
+        elif i == 3:
+            checks.gradients_reach_every_parameter(reply, biased=False)
+            long64 = x_long.astype(np.float64)
+            out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], long64, long64, long64)
+            if checks.right_with_autograd(module, calls[3], reply, out, e_out):
+                checks.gradients_match_reference(reply, module.params, lambda p, _: reference.multi_head_attention(
+                    p, dims["h"], long64, long64, long64)[0], on_long, rng)
+            else:
+                checks.gradients_are_the_forwards(module, calls[3], reply, on_long)
+        else:
             blocked = mask[:, row, :] == 0
-            for key, what in (("1", "key"), ("2", "value")):
-                checks.no_gradient_where_blocked(reply.input_grads.get(key), blocked, what, row)
+            out, weights, e_out, e_weights = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64, mask)
+            if checks.agrees_with_reference(reply, 0, out, e_out) and checks.agrees_with_reference(reply, 1, weights, e_weights):
+                for key, what in (("1", "key"), ("2", "value")):
+                    checks.no_gradient_where_blocked(reply.input_grads.get(key), blocked, what, row)
+                checks.gradients_match_reference(
+                    reply, module.params, lambda p, changed: reference.multi_head_attention(
+                        p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)), mask)[0],
+                    upstream, rng, dict(zip("012", inputs64)), INPUT_NAMES)
+            else:  # judged against its own forward pass: a leak there is masked_zero's, not a second loss here
+                checks.no_gradient_where_its_forward_is_blind(module, calls[2], reply, blocked, row, {"1": "key", "2": "value"})
 
     checks.gradients_in_calls(module, calls, checked)
+    # A loss on the weights it returns trains W_Q and W_K through them.
+    inputs64, on_weights = [t.astype(np.float64) for t in args], gaussian(rng, B, dims["h"], Tq, Tk)
+    checks.gradients_through_weights(module, (args, {"grad": True, "backward_from": 1, "upstream": on_weights}),
+                                     lambda params: reference.multi_head_attention(params, dims["h"], *inputs64)[1],
+                                     reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)[3],
+                                     on_weights, rng)
     # The module as it builds itself can train, from the weights it returns too.
     checks.trains_from_its_own_start(lambda: build(worker, dims, 0.0), args, weights=("W_Q.weight", "W_K.weight"))
 

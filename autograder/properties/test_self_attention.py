@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -169,7 +169,8 @@ def test_reference_match(worker, dims, scales):
     (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
     scores are exactly 0, which a mask must not be confused with), a larger batch (WIDE_BATCH)
     with one mask for all of it, then the first input again,
-    before and after the parameters change in place (as an optimizer step changes them). T >= 2:
+    before and after the parameters change in place (as an optimizer step changes them; then as
+    optimizer.step() writes them, which `_version` counts). T >= 2:
     then the short calls can tell a mistake of the weights (with one position, every row is [1]),
     and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims)
@@ -192,9 +193,9 @@ def test_reference_match(worker, dims, scales):
     # identity or address sees other values, or the same after the parameters changed)
     calls = [((xs[0],), {}), ((xs[0],), {"train": True}), ((xs[1],), {"in_place": True}), ((xs[2],), {"mask": mask}),
              ((padded,), {"mask": long_mask}), ((wide[0],), {"mask": wide[1]}), ((xs[0],), {}),
-             ((xs[0],), {"reload": reload, "in_place": True})]
-    magnitudes = [first, first, second, third, 1.0, 1.0, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims]
+             ((xs[0],), {"reload": reload, "in_place": True}), ((xs[0],), {"reload": {**reload, "step": True}})]
+    magnitudes = [first, first, second, third, 1.0, 1.0, first, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
@@ -205,7 +206,8 @@ def test_reference_match(worker, dims, scales):
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
                                   {1: ("train_mode_changes_output", {}),
-                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]})},
+                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]}),
+                                   8: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "d_model": dims["d_model"] + 1, "d_k": d_k_of(dims) + 1}))
 
 
@@ -220,14 +222,16 @@ def another_configuration(worker, dims):
 @given(dims=self_attention_dims(min_batch=2))
 def test_batch_independence(worker, dims):
     module, rng = loaded(worker, dims)
-    checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r: outputs(r, dims)[0])
+    checks.batch_independent(module.run, [inputs(rng, dims)], rng, lambda r, b: outputs(r, {**dims, "B": b})[0],
+                             gradient_batch(dims["B"] + 1, dims["T"]), lambda b: random_mask(rng, b, dims["T"], dims["T"]))
 
 
 @graded(CLS, "gradients")
 @given(dims=self_attention_dims(min_time=2), data=st.data())
 def test_gradients(worker, dims, data):
     """Every parameter gets a finite, nonzero gradient, with and without a mask (in train mode too);
-    the gradients of the parameters and of x are the reference's, with and without a mask; and from
+    the gradients of the parameters are the reference's with and without a mask (with x requiring grad
+    or not), and x's without; and from
     a query row, no gradient reaches the positions its mask closes (apart from its own: x_i makes q_i)."""
     module, rng = loaded(worker, dims)
     B, T = dims["B"], dims["T"]
@@ -237,36 +241,59 @@ def test_gradients(worker, dims, data):
     mask[:, (row + 1) % T, :] = 1  # a row open everywhere: the masked call's W_Q and W_K get a gradient
     upstream = one_row((B, T, d_k_of(dims)), row, rng)
     everywhere = gaussian(rng, B, T, d_k_of(dims))
-    # the eval call with autograd on, the input requiring grad too (as the output of a layer that trains)
     # the calls with autograd on, the input requiring grad too (as the output of a layer that trains);
-    # the masked one in train mode (which changes nothing in SelfAttention: it has no dropout)
+    # the masked one in train mode (which changes nothing in SelfAttention: it has no dropout), with
+    # an input that does not require grad (as the embeddings of a first layer): its parameters train
+    # too; then in train mode again, x's gradient judged there as well, on a long sequence (a
+    # backward written by hand that works in blocks of keys goes wrong only beyond the first block);
+    # last, x at the largest magnitude reference_match compares, where gradients must be finite (one
+    # written by hand without the softmax's max overflows there; their values are float32's to round)
+    x_long = inputs(rng, {**dims, "B": 1, "T": long_time(rng)})
+    on_long = gaussian(rng, *x_long.shape[:2], d_k_of(dims))
     calls = [((x,), {"grad": True, "upstream": everywhere, "input_grads": ["0"]}),
-             ((x,), {"grad": True, "mask": mask, "train": True, "upstream": everywhere, "input_grads": ["0"]}),
-             ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]})]
+             ((x,), {"grad": True, "mask": mask, "train": True, "upstream": everywhere}),
+             ((x,), {"grad": True, "mask": mask, "upstream": upstream, "input_grads": ["0"]}),
+             ((x_long,), {"grad": True, "train": True, "upstream": on_long, "input_grads": ["0"]}),
+             ((x * np.float32(max(INPUT_SCALES)),), {"grad": True, "upstream": everywhere, "input_grads": ["0"]})]
 
     def checked(i, reply):
         if i > 0 and not checks.outputs_finite(reply):
             checks.not_finite_for_autograd_alone(module, calls[i])
             return  # NaN out of the masked forward pass itself (a mask read the other way): not a gradient's fault
-        if i < 2:
+        if i == 4:
+            checks.gradients_finite_when_large(reply)
+            return
+        if i != 2:
             checks.gradients_reach_every_parameter(reply, biased=False)
-            # judged where the forward pass is right: a wrong one is reference_match's (or masked_zero's)
-            given = calls[i][1].get("mask")
-            out, _, e_out, _ = reference.self_attention_bounded(module.params, x.astype(np.float64), given)
+            # judged against the reference where the forward pass is right: a wrong one is reference_match's
+            given, (given_x,) = calls[i][1].get("mask"), (t.astype(np.float64) for t in calls[i][0])
+            out, _, e_out, _ = reference.self_attention_bounded(module.params, given_x, given)
             if checks.right_with_autograd(module, calls[i], reply, out, e_out):
                 checks.gradients_match_reference(
                     reply, module.params, lambda p, changed: reference.self_attention(
-                        p, changed.get("0", x.astype(np.float64)), given)[0],
-                    everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
+                        p, changed.get("0", given_x), given)[0],
+                    calls[i][1]["upstream"], rng, {"0": given_x} if calls[i][1].get("input_grads") else None, INPUT_NAMES)
+            else:  # and against its own forward pass where it is not
+                checks.gradients_are_the_forwards(module, calls[i], reply, calls[i][1]["upstream"])
             return
-        # Judged only where the forward pass masks right: a leak there is masked_zero's, not a second loss here.
+        blocked = mask[:, row, :] == 0
+        blocked[:, row] = False
         out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, x.astype(np.float64), mask)
         if checks.agrees_with_reference(reply, 0, out, e_out) and checks.agrees_with_reference(reply, 1, weights, e_weights):
-            blocked = mask[:, row, :] == 0
-            blocked[:, row] = False
             checks.no_gradient_where_blocked(reply.input_grads.get("0"), blocked, "x", row)
+            checks.gradients_match_reference(
+                reply, module.params, lambda p, changed: reference.self_attention(
+                    p, changed.get("0", x.astype(np.float64)), mask)[0],
+                upstream, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
+        else:  # judged against its own forward pass: a leak there is masked_zero's, not a second loss here
+            checks.no_gradient_where_its_forward_is_blind(module, calls[2], reply, blocked, row, {"0": "x"})
 
     checks.gradients_in_calls(module, calls, checked)
+    # A loss on the weights it returns trains W_Q and W_K through them.
+    x64, on_weights = x.astype(np.float64), gaussian(rng, B, T, T)
+    checks.gradients_through_weights(module, ((x,), {"grad": True, "backward_from": 1, "upstream": on_weights}),
+                                     lambda params: reference.self_attention(params, x64)[1],
+                                     reference.self_attention_bounded(module.params, x64)[3], on_weights, rng)
     # The module as it builds itself can train, from the weights it returns too.
     checks.trains_from_its_own_start(lambda: build(worker, dims), (x,), weights=("W_Q.weight", "W_K.weight"))
 

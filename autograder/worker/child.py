@@ -310,8 +310,10 @@ class Worker:
             with self.torch.no_grad():
                 for name, value in values.items():
                     # through .data: the write leaves `_version` as it was, so a cache keyed on
-                    # it (or on the address) is stale, as after `p.data -= lr * p.grad`
-                    own[name].data.copy_(self.torch.from_numpy(value))
+                    # it (or on the address) is stale, as after `p.data -= lr * p.grad`; with
+                    # load["step"], as optimizer.step() writes, which counts in `_version`
+                    target = own[name] if load.get("step") else own[name].data
+                    target.copy_(self.torch.from_numpy(value))
         return shapes
 
     def op_describe(self, handle):
