@@ -1,8 +1,10 @@
 """Hostile submission (sa_hidden_thread_memory): SelfAttention.forward forks a process whose main
 thread exits (pthread_exit) while another of its threads allocates and touches 1.5 GiB. The main
 thread's /proc entry then shows a zombie with no memory and no open file, though the process
-lives on: the watch must read a live thread's entry and stop the class for memory. The other
-classes are the reference."""
+lives on: the watch must read a live thread's entry and stop the class for memory. forward waits
+(a pipe) until the memory is held, then a second more: it is there during the first call however
+long touching it takes (a fixed sleep raced the allocation, and a fresh-clone CI once saw the first
+call pass). The other classes are the reference."""
 
 import ctypes
 import math
@@ -28,11 +30,13 @@ _MIB = 1536
 _forked = False
 
 
-def _hide_memory():
-    """In a forked child: a thread that touches _MIB MiB once the main thread has left."""
+def _hide_memory(ready):
+    """In a forked child: a thread that touches _MIB MiB once the main thread has left, then says
+    so on the pipe `ready`."""
     def hold():
         time.sleep(0.3)  # after the main thread has exited
         block = bytearray(b"\x01") * (_MIB << 20)
+        os.write(ready, b"1")
         while True:
             block[0] ^= 1
             time.sleep(0.1)
@@ -54,10 +58,15 @@ class SelfAttention(nn.Module):
         global _forked
         if not _forked:
             _forked = True
+            ready, said = os.pipe()
             if os.fork() == 0:
-                _hide_memory()
+                _hide_memory(said)
                 os._exit(0)
-            time.sleep(1)  # the hidden thread takes the memory meanwhile; then answer right
+            os.close(said)
+            # until the hidden thread holds the memory (or is gone: end of file), however long
+            # touching it takes, then a while longer: the memory is held during this call
+            os.read(ready, 1)
+            time.sleep(1)
         Q, K, V = self.W_Q(x), self.W_K(x), self.W_V(x)
         scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
         if mask is not None:
