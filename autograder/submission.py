@@ -679,7 +679,7 @@ def _statements(tree, code, cell, written=frozenset()):
         elif isinstance(node, _STATEMENTS):
             kind, names = "statement", _bound(node)
         elif _attaching_loop(node):
-            kind, names = "statement", (*_bound(node), _attaching_loop(node))
+            kind, names = "statement", (*_bound(node), *_attaching_loop(node))
         elif _mutated(node):
             kind, names = "statement", (_mutated(node),)
         else:
@@ -832,12 +832,16 @@ def _mutated(node):
 
 
 def _attaching_loop(node):
-    """The graded class a top-level `for` gives its methods to, or None: `for name, f in [("forward",
-    forward), ...]: setattr(MultiHeadAttention, name, f)`, over a list, tuple or dict written there
-    (as many turns as it has items), whose body only sets attributes of that one class (setattr,
-    or `MultiHeadAttention.forward = f`), without else."""
-    if not (isinstance(node, ast.For) and not node.orelse and isinstance(node.iter, (ast.List, ast.Tuple, ast.Dict))):
-        return None
+    """The graded classes a top-level `for` gives attributes to, or (): `for name, f in [("forward",
+    forward), ...]: setattr(MultiHeadAttention, name, f)`, `for cls in (SelfAttention,
+    MultiHeadAttention): cls.temperature = 0.5` or `for cls, name, f in [(SelfAttention, "forward",
+    f), ...]: setattr(cls, name, f)`, over a list, tuple or dict written there (or that dict's
+    .items(), .keys(), .values(): as many turns as it has items), whose body only sets attributes
+    of one graded class, or of one loop variable that takes only graded classes, written by name in
+    those items (setattr, or `X.forward = f`), without else: in the kernel the classes come out of
+    it changed, so they are graded changed."""
+    if not (isinstance(node, ast.For) and not node.orelse and _written_items(node.iter) is not None):
+        return ()
     targets = set()
     for statement in node.body:
         if _mutated(statement) and isinstance(statement.value.func, ast.Name):  # setattr(Cls, ...)
@@ -846,8 +850,44 @@ def _attaching_loop(node):
               and isinstance(statement.targets[0], ast.Attribute) and isinstance(statement.targets[0].value, ast.Name)):
             targets.add(statement.targets[0].value.id)
         else:
-            return None
-    return targets.pop() if len(targets) == 1 and targets <= set(EXERCISE.class_names) else None
+            return ()
+    if len(targets) != 1:
+        return ()
+    target, graded = targets.pop(), set(EXERCISE.class_names)
+    if target in graded:
+        return (target,)
+    taken = _taken_by(node.target, target, _written_items(node.iter))
+    return tuple(dict.fromkeys(taken)) if taken and set(taken) <= graded else ()
+
+
+def _written_items(iterable):
+    """The items a loop over a list, tuple or dict written there goes through (a dict's .items()
+    as (key, value) tuples), or None for anything else."""
+    if isinstance(iterable, (ast.List, ast.Tuple)):
+        return list(iterable.elts)
+    if isinstance(iterable, ast.Dict):
+        return list(iterable.keys)
+    if (isinstance(iterable, ast.Call) and not iterable.args and not iterable.keywords
+            and isinstance(iterable.func, ast.Attribute) and isinstance(iterable.func.value, ast.Dict)
+            and iterable.func.attr in ("items", "keys", "values")):
+        written = iterable.func.value
+        return {"keys": written.keys, "values": written.values,
+                "items": [ast.Tuple([k, v]) for k, v in zip(written.keys, written.values)]}[iterable.func.attr]
+    return None
+
+
+def _taken_by(target, name, items):
+    """The names the loop variable `name` (in the loop's target, alone or in a tuple) takes over
+    `items`, each a name written there; None where one is not (a call, a constant, a ** entry)."""
+    if isinstance(target, ast.Name):
+        return [item.id for item in items] if target.id == name and all(isinstance(i, ast.Name) for i in items) else None
+    if not isinstance(target, ast.Tuple):
+        return None
+    where = [i for i, part in enumerate(target.elts) if isinstance(part, ast.Name) and part.id == name]
+    if len(where) != 1 or not all(isinstance(i, ast.Tuple) and len(i.elts) == len(target.elts) for i in items):
+        return None
+    taken = [item.elts[where[0]] for item in items]
+    return [t.id for t in taken] if all(isinstance(t, ast.Name) for t in taken) else None
 
 
 def _top(module):

@@ -152,6 +152,31 @@ def test_methods_given_in_a_for_loop_over_a_written_list_are_kept():
     assert "range(3)" not in source and "print" not in source
 
 
+def test_a_for_loop_over_written_graded_classes_that_sets_their_attributes_is_kept():
+    """`for cls in (SelfAttention, MultiHeadAttention): cls.temperature = 0.5` changes both classes
+    in the kernel: graded without it, they would not be the notebook's classes (an attacker's file
+    scored 48 for classes that, run as Jupyter runs them, score 38). A loop over other names, or
+    one that does more, is still dropped."""
+    source = kept(
+        "import torch",
+        "class SelfAttention(torch.nn.Module):\n    temperature = 1.0",
+        "class MultiHeadAttention(torch.nn.Module):\n    temperature = 1.0",
+        "for cls in (SelfAttention, MultiHeadAttention):\n    cls.temperature = 0.5",
+        "for c in [SelfAttention]:\n    setattr(c, 'scale', 2.0)",
+        "for model in (SelfAttention, print):\n    model.temperature = 3.0",
+        "for cls in (SelfAttention,):\n    cls.temperature = 4.0\n    print(cls)",
+        "def sa_forward(self, x):\n    return x",
+        "for clase, nombre, funcion in [(SelfAttention, 'forward', sa_forward), (MultiHeadAttention, 'forward', sa_forward)]:\n"
+        "    setattr(clase, nombre, funcion)",
+        "for nombre, funcion in {'extra': sa_forward}.items():\n    setattr(SelfAttention, nombre, funcion)",
+        "for clase, nombre in [(SelfAttention, 'x'), (len, 'y')]:\n    setattr(clase, nombre, 5.0)",
+    )
+    assert "cls.temperature = 0.5" in source and "setattr(c, 'scale', 2.0)" in source
+    assert "setattr(clase, nombre, funcion)" in source and "setattr(SelfAttention, nombre, funcion)" in source
+    assert "def sa_forward" in source
+    assert "3.0" not in source and "4.0" not in source and "5.0" not in source
+
+
 def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
     source = kept("!pip install torch \\\n    numpy \\\n    einops\nimport torch\nX = 1",
                   "class SelfAttention(torch.nn.Module):\n    y = X")
