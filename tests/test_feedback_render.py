@@ -124,6 +124,16 @@ def test_an_error_in_a_helper_names_the_helper_after_its_line(language, named):
     assert "atender" not in feedback.message(in_forward, language) and "forward" in feedback.message(in_forward, language)
 
 
+@pytest.mark.parametrize("language, named", [("es", "en la línea 12 (en la función split_heads):"),
+                                             ("en", "on line 12 (in function split_heads):")])
+def test_a_helper_named_as_a_word_of_the_catalog_keeps_its_name(language, named):
+    """A method called split_heads is the student's code, not the words table's "split_heads" (its
+    output): once shown as "(en la función la salida de split_heads)"."""
+    outcome = Outcome("MultiHeadAttention", "gradients", "error", "submission.exception",
+                      {**EXCEPTION, "function": "split_heads"}, {"B": 1, "Tq": 2})
+    assert named in feedback.message(outcome, language).splitlines()[0]
+
+
 def test_an_error_where_the_usual_hint_would_mislead_gets_the_generic_hint_for_errors():
     outcome = Outcome("SelfAttention", "scale", "error", "submission.exception", dict(EXCEPTION), {"B": 1, "T": 2})
     hint = feedback.message(outcome, "es").splitlines()[-1]

@@ -138,8 +138,9 @@ GIVEN = {"submission": EXERCISE.submission}
 
 
 # Parameters that name something in the student's code or Python's words, shown as they are: a
-# method called split_heads is not the words table's "split_heads" (its output).
-LITERAL = frozenset({"cls", "op", "exc_type", "message"})
+# method called split_heads is not the words table's "split_heads" (its output), nor is what an
+# exception of the student's said.
+LITERAL = frozenset({"cls", "op", "exc_type", "message", "function", "error"})
 
 
 def _fill(template, params, words):
