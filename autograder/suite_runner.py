@@ -98,8 +98,11 @@ class Collector:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
-        """A test passes only if its class is within its limits when it ends (Worker.check_limits)."""
+        """A test passes only if its class is within its limits when it ends (Worker.check_limits),
+        and, once its generated examples pass, on the arguments it names with harness.also_at."""
         result = yield
+        for check, arguments in getattr(item.obj, "also_at", ()):
+            (check or item.obj.hypothesis.inner_test)(worker=self._worker, **arguments)
         self._worker.check_limits(self._key(item)[0])
         return result
 

@@ -612,6 +612,36 @@ def test_weights_returned_in_a_reused_buffer_change_with_the_next_call():
     assert not torch.allclose(first, kept)  # what the file does: call 1's weights are now call 2's
 
 
+def test_weights_returned_in_two_buffers_in_turn_change_with_the_call_after_next():
+    mha = load("mha_weights_in_two_buffers_in_turn").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    xs = [torch.randn(2, 3, 4) for _ in range(3)]
+    first = mha(xs[0], xs[0], xs[0])[1]
+    kept = first.clone()
+    mha(xs[1], xs[1], xs[1])
+    assert torch.equal(first, kept)  # the next call leaves them alone
+    mha(xs[2], xs[2], xs[2])
+    assert torch.allclose(kept, multi_head(mha, xs[0], xs[0], xs[0])[1])  # right when returned
+    assert (first - kept).abs().max() > 0.01  # what the file does: call 1's weights are now call 3's
+
+
+def test_a_batch_size_kept_from_the_first_call_breaks_a_later_batch_of_another_size():
+    mha = load("mha_batch_size_kept_from_first_call").MultiHeadAttention(8, 2, dropout=0.0).eval()
+    first, later = torch.randn(2, 3, 8), torch.randn(3, 3, 8)
+    assert torch.allclose(mha(first, first, first)[0], multi_head(mha, first, first, first)[0])  # right at first
+    with pytest.raises(RuntimeError):  # what the file does with the next batch of 3
+        mha(later, later, later)
+    assert multi_head(mha, later, later, later)[0].shape == (3, 3, 8)  # the statement's: any batch size
+
+
+def test_a_dropout_applied_twice_drops_one_minus_the_square_of_what_it_keeps():
+    mha = load("mha_dropout_applied_twice").MultiHeadAttention(8, 2, dropout=0.5).train()
+    x = torch.randn(512, 1, 8)  # one key: every weight is 1 before dropout
+    weights = mha(x, x, x)[1]
+    assert abs((weights == 0).double().mean() - 0.75) < 0.05  # what the file does: 1 - (1 - p)² dropped
+    assert set(weights.unique().tolist()) == {0.0, 4.0}  # the survivors times 1/(1 - p)²
+    assert set(nn.Dropout(0.5)(torch.ones(64)).unique().tolist()) <= {0.0, 2.0}  # the statement's
+
+
 def test_a_default_dropout_of_zero_drops_nothing_when_built_without_the_argument():
     mha = load("mha_default_dropout_zero").MultiHeadAttention(8, 2).train()  # the signature's default: 0.1
     x = torch.randn(64, 4, 8)
@@ -1200,3 +1230,34 @@ def test_a_scale_dropped_after_an_optimizer_step_is_right_only_before_it():
     with torch.no_grad():
         for fused in (False, True):
             assert (csa(QX, fused=fused) - causal(csa, QX)).abs().max() > 0.01
+
+
+@pytest.mark.parametrize("name, cls, args, layers", [
+    ("sa_value_weight_tied_to_key", "SelfAttention", (8,), ("W_Q", "W_K", "W_V")),
+    ("mha_key_layer_is_query_layer", "MultiHeadAttention", (8, 2), ("W_Q", "W_K", "W_V", "W_O"))])
+def test_a_layer_tied_to_another_has_no_weights_of_its_own(name, cls, args, layers):
+    """The statement's layers each have weights of their own (d_model·d_k, or d_model², each): tied
+    to another, the module has one layer's parameters fewer, and the two stay equal after a training
+    step, so that what the tied layer computes is the other's projection (keys from the queries'
+    weights, values that are the keys) for any weights the training reaches."""
+    module = getattr(load(name), cls)(*args)
+    assert sum(p.numel() for p in module.parameters()) == (len(layers) - 1) * 8 * 8
+    x = torch.randn(2, 5, 8)
+    (module(x, x, x) if cls == "MultiHeadAttention" else module(x))[0].sum().backward()
+    torch.optim.SGD(module.parameters(), lr=0.1).step()
+    tied = [(a, b) for i, a in enumerate(layers) for b in layers[i + 1:]
+            if torch.equal(getattr(module, a).weight, getattr(module, b).weight)]
+    assert len(tied) == 1
+
+
+def test_a_scale_of_one_over_d_k_at_real_widths_is_wrong_there_and_right_below():
+    narrow, wide = torch.randn(2, 5, 12), torch.randn(2, 5, 512)
+    sa = load("sa_scale_by_d_k_when_wide").SelfAttention(12, 8)
+    assert torch.allclose(sa(narrow)[1], attention(sa.W_Q(narrow), sa.W_K(narrow), sa.W_V(narrow))[1])
+    sa = load("sa_scale_by_d_k_when_wide").SelfAttention(512, 64)
+    assert (sa(wide)[1] - attention(sa.W_Q(wide), sa.W_K(wide), sa.W_V(wide))[1]).abs().max() > 0.05
+    module = load("causal_scale_by_hs_when_wide")
+    csa = module.CausalSelfAttention(config(module, n_embd=768, n_head=12)).eval()
+    x = torch.randn(2, 6, 768)
+    with torch.no_grad():
+        assert (csa(x) - causal(csa, x)).abs().max() > 0.05

@@ -33,7 +33,7 @@ class Reply:
         self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
-        self.earlier_outputs_changed = raw.get("earlier_outputs_changed", False)  # the previous call's outputs written
+        self.earlier_outputs_changed = raw.get("earlier_outputs_changed", 0)  # calls back whose outputs were written
         self.settings_changed = raw.get("settings_changed", [])  # torch's global settings the call changed
         self.call = call
 
@@ -158,6 +158,10 @@ class Remote:
         self._param_shapes = shapes = {k: tuple(v) for k, v in params.items()}
         if self.load_seed is not None:
             missing = [f"{layer}.weight" for layer in self.required if f"{layer}.weight" not in shapes]
+            shared = info.get("shared", {})
+            if any(name in shared for name in missing):  # the layer is there, with another's weights
+                raise PropertyFailure("shared_parameters", names=[n.split(".")[0] for n in missing if n in shared],
+                                      others=[shared[n].split(".")[0] for n in missing if n in shared])
             if missing:
                 raise PropertyFailure("missing_parameters", names=missing, found=sorted(shapes))
             self._missing_layers = [layer for layer in self.layers if f"{layer}.weight" not in shapes]
@@ -535,6 +539,19 @@ def call_failure(error, code, message=None, **params):
              **({"function": error.function} if error.function is not None else {})}
     return PropertyFailure(code, error=error.message if message is None else message, exc_type=error.exc_type,
                            **where, **params)
+
+
+def also_at(check=None, **arguments):
+    """Run the test's body (or `check`, a function of the worker and these arguments: one that
+    makes fewer and shorter calls than the body, where its calls at these sizes would outgrow the
+    wire's frames) once more with these arguments, sizes of real models far above what the
+    strategies draw to stay fast, after its generated examples pass (suite_runner): a mistake
+    written only for wide layers or many heads shows there. After, not first as hypothesis's
+    explicit examples: a mistake at every size is still reported on the smallest example found."""
+    def tag(test):
+        test.also_at = [*getattr(test, "also_at", []), (check, arguments)]
+        return test
+    return tag
 
 
 def graded(cls, prop):

@@ -80,6 +80,16 @@ def causal_dims(draw, min_batch=1, min_time=1, min_block=1, max_block=None):
     }
 
 
+# Sizes of real models, far above what the strategies draw: the base Transformer's d_model = 512
+# with 8 heads of d_k = 64, for every class. scale, reference_match and
+# fused_equivalence run once more at them (harness.also_at): a mistake written only for wide layers
+# or many heads (a scale of 1/d_k above some width, say) shows there. The statement names these sizes
+# (feedback catalogs, checks/statement: scale, reference_match, fused_equivalence): keep them in step.
+WIDE_SELF_ATTENTION = {"B": 2, "T": 5, "d_model": 512, "d_k": 64, "seed": 5}
+WIDE_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 8, "d_model": 512, "seed": 5}
+WIDE_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 8, "n_embd": 512, "seed": 5}
+
+
 def rng_for(dims):
     """The rng of an example's inputs."""
     return np.random.default_rng(dims["seed"])

@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
-from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, gaussian, gradient_batch, graded, long_time, one_row,
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -166,7 +166,21 @@ def test_causality(worker, dims, data):
                      T=LONG_CAUSALITY)
 
 
+def wide_reference(worker, dims, fused=False):
+    """reference_match (fused_equivalence with fused) at a real model's width and head count: one
+    input, on the explicit path (or the fused one)."""
+    module, rng = loaded(worker, dims, dropout=0.2)
+    example(**dims, dropout=0.2)
+    x = inputs(rng, dims)
+    checks.matches_when_wide(
+        module, [((x,), {"fused": fused})], lambda i, reply: [output(reply, dims)],
+        lambda i: [(expected(module.params, dims, x), "output")],
+        "fused_mismatch_wide" if fused else "reference_mismatch_wide",
+        f"n_embd = {dims['n_embd']}, n_head = {dims['n_head']}")
+
+
 @graded(CLS, "reference_match")
+@also_at(wide_reference, dims=WIDE_CAUSAL)
 @given(dims=causal_dims(min_block=LONG_TIMES[0], max_block=LONG_TIMES[1]), short=st.integers(2, 7),
        scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, short, scales):
@@ -480,15 +494,11 @@ def test_gradients(worker, dims, fused, p, seed, data):
         checks.forward_finite(reply, "output_nan_upstream")  # NaN rows (a mask that closes a whole row): causality's
         if i == 0:
             out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
-            right.append(checks.right_with_autograd(module, calls[0], reply, out, bound))
             checks.gradients_reach_every_parameter(reply)
-            if right[0]:
-                checks.gradients_match_reference(
-                    reply, module.params, lambda p, changed: reference.causal_self_attention(
-                        p, dims["n_head"], changed.get("0", x.astype(np.float64))),
-                    everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES)
-            else:  # a forward pass that is not the reference's (reference_match's) still has its own gradients
-                checks.gradients_are_the_forwards(module, calls[0], reply, everywhere)
+            right.append(checks.gradients_judged(
+                module, calls[0], reply, out, bound, lambda p, changed: reference.causal_self_attention(
+                    p, dims["n_head"], changed.get("0", x.astype(np.float64))),
+                everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES))
             rows.append(right[0] or checks.rows_reached(reply, module.params))
         elif i < 3:  # the gradients of the train-mode forward pass, under its own dropout draw
             checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=rows[0])
@@ -560,6 +570,7 @@ def test_large_inputs(worker, dims, fused):
 
 
 @graded(CLS, "fused_equivalence")
+@also_at(wide_reference, dims=WIDE_CAUSAL, fused=True)
 @given(dims=causal_dims())
 def test_fused_equivalence(worker, dims):
     """The fused path gives the reference's output: on the example's input, then (once that

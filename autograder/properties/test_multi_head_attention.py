@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, call_failure, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -204,6 +204,7 @@ def test_masked_zero(worker, dims, turn):
 
 
 @graded(CLS, "scale")
+@also_at(dims=WIDE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2, min_heads=2))
 def test_scale(worker, dims):
     module, rng = loaded(worker, dims)
@@ -218,7 +219,28 @@ def test_scale(worker, dims):
                     reference.unscaled_scores(q_t, k_t))
 
 
+def wide_reference_match(worker, dims):
+    """reference_match at a real model's width and head count: cross-attention without and with a
+    mask, then self-attention (one tensor as query, key and value)."""
+    module, rng = loaded(worker, dims, dropout=0.2)
+    example(**dims, dropout=0.2)
+    mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
+    mask[0, 0, -1] = 0
+    args = cross_inputs(rng, dims)
+    x = cross_inputs(rng, {**dims, "Tk": dims["Tq"]})[0]
+    calls = [(args, {}), (args, {"mask": mask}), ((), {"query": x, "key": x, "value": x})]
+
+    def expected(i):
+        given = calls[i][0] or (x, x, x)
+        return zip(reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in given),
+                                                  calls[i][1].get("mask")), ("output", "weights"))
+
+    checks.matches_when_wide(module, calls, lambda i, reply: outputs(reply, {**dims, "Tk": dims["Tq"]} if i == 2 else dims),
+                             expected, "reference_mismatch_wide", f"d_model = {dims['d_model']}, num_heads = {dims['h']}")
+
+
 @graded(CLS, "reference_match")
+@also_at(wide_reference_match, dims=WIDE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
     """Eight calls on one module: inputs at each scale, the last with a mask, longer sequences
@@ -450,14 +472,10 @@ def test_gradients(worker, dims, p, seed, data):
         elif i == 0:
             checks.gradients_reach_every_parameter(reply, biased=False)
             out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64)
-            right.append(checks.right_with_autograd(module, calls[0], reply, out, e_out))
-            if right[0]:  # judged against the reference where the forward pass is right: a wrong one is reference_match's
-                checks.gradients_match_reference(
-                    reply, module.params, lambda p, changed: reference.multi_head_attention(
-                        p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)))[0],
-                    everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES)
-            else:  # and against its own forward pass where it is not
-                checks.gradients_are_the_forwards(module, calls[0], reply, everywhere)
+            right.append(checks.gradients_judged(
+                module, calls[0], reply, out, e_out, lambda p, changed: reference.multi_head_attention(
+                    p, dims["h"], *(changed.get(str(i), t) for i, t in enumerate(inputs64)))[0],
+                everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES))
             rows.append(right[0] or checks.rows_reached(reply, module.params))
         elif i == 1:
             checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=rows[0])
@@ -480,11 +498,8 @@ def test_gradients(worker, dims, p, seed, data):
             checks.gradients_reach_every_parameter(reply, biased=False)
             long64 = x_long.astype(np.float64)
             out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], long64, long64, long64)
-            if checks.right_with_autograd(module, calls[3], reply, out, e_out):
-                checks.gradients_match_reference(reply, module.params, lambda p, _: reference.multi_head_attention(
-                    p, dims["h"], long64, long64, long64)[0], on_long, rng)
-            else:
-                checks.gradients_are_the_forwards(module, calls[3], reply, on_long)
+            checks.gradients_judged(module, calls[3], reply, out, e_out, lambda p, _: reference.multi_head_attention(
+                p, dims["h"], long64, long64, long64)[0], on_long, rng)
         else:
             blocked = mask[:, row, :] == 0
             out, weights, e_out, e_weights = reference.multi_head_attention_bounded(module.params, dims["h"], *inputs64, mask)

@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
-from .strategies import integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
@@ -148,6 +148,7 @@ def test_masked_zero(worker, dims, turn):
 
 
 @graded(CLS, "scale")
+@also_at(dims=WIDE_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2))
 def test_scale(worker, dims):
     module, rng = loaded(worker, dims)
@@ -161,7 +162,24 @@ def test_scale(worker, dims):
     checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims), transposed)
 
 
+def wide_reference_match(worker, dims):
+    """reference_match at a real model's width: one input, without and with a mask."""
+    module, rng = loaded(worker, dims)
+    example(**dims)
+    x = inputs(rng, dims)
+    mask = random_mask(rng, dims["B"], dims["T"], dims["T"])
+    mask[0, 0, -1] = 0
+
+    def expected(i):
+        return zip(reference.self_attention(module.params, x.astype(np.float64), None if i == 0 else mask),
+                   ("output", "weights"))
+
+    checks.matches_when_wide(module, [((x,), {}), ((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
+                             expected, "reference_mismatch_wide", f"d_model = {dims['d_model']}, d_k = {dims['d_k']}")
+
+
 @graded(CLS, "reference_match")
+@also_at(wide_reference_match, dims=WIDE_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
     """Eight calls on one module: an input at each scale, the first again in train mode (SelfAttention
@@ -268,13 +286,10 @@ def test_gradients(worker, dims, data):
             # judged against the reference where the forward pass is right: a wrong one is reference_match's
             given, (given_x,) = calls[i][1].get("mask"), (t.astype(np.float64) for t in calls[i][0])
             out, _, e_out, _ = reference.self_attention_bounded(module.params, given_x, given)
-            if checks.right_with_autograd(module, calls[i], reply, out, e_out):
-                checks.gradients_match_reference(
-                    reply, module.params, lambda p, changed: reference.self_attention(
-                        p, changed.get("0", given_x), given)[0],
-                    calls[i][1]["upstream"], rng, {"0": given_x} if calls[i][1].get("input_grads") else None, INPUT_NAMES)
-            else:  # and against its own forward pass where it is not
-                checks.gradients_are_the_forwards(module, calls[i], reply, calls[i][1]["upstream"])
+            checks.gradients_judged(
+                module, calls[i], reply, out, e_out,
+                lambda p, changed: reference.self_attention(p, changed.get("0", given_x), given)[0],
+                calls[i][1]["upstream"], rng, {"0": given_x} if calls[i][1].get("input_grads") else None, INPUT_NAMES)
             return
         blocked = mask[:, row, :] == 0
         blocked[:, row] = False

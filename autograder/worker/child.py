@@ -87,12 +87,16 @@ def _keeps(made, name, value):
 _config_classes = {}
 
 
+# The calls on one module whose outputs are watched for a later call writing them (a buffer reused
+# every call, or every few calls in turn).
+KEPT_CALLS = 8
+
 # Names members() records at most: a module shared along many paths (the same layer in nested
 # lists) has exponentially many; past this, a module already seen is not walked again.
 MAX_NAMES = 4096
 
 
-def members(module, preferred=()):
+def members(module, preferred=(), aliases=None):
     """(parameters, buffers, non-persistent buffer names, submodules, persistent names) of `module`, everything
     under it, each {dotted name: object}, in nn.Module's pre-order. A parameter or buffer shared
     by several paths (a layer registered as `self.projections[0]`, then `self.W_Q` too) appears
@@ -109,7 +113,11 @@ def members(module, preferred=()):
     non-empty and without a dot, join into names no two paths share). What is reached through such
     a key never takes a name a regular path has, nor hides one, nor joins a layer: it is named in
     parentheses, "(W_Q.weight)" (an extra parameter then still counts, gets its gradient checked,
-    and is never loaded)."""
+    and is never loaded).
+
+    aliases, a dict if given, receives {other regular name: the name chosen} for each parameter
+    shared by several paths: where a contract layer's weight is missing, the layer may be there,
+    sharing another's (self.W_V = self.W_K)."""
     found = {"param": {}, "buffer": {}}  # id -> [object, [(name, irregular)]], in the order first met
     transient, regular_modules, irregular_modules, persistent = set(), {}, {}, []
     walked = set()
@@ -141,7 +149,10 @@ def members(module, preferred=()):
         for value, names in found[kind].values():
             regular = [n for n, odd in names if not odd]
             if regular:
-                chosen[next((n for n in regular if n.split(".", 1)[0] in preferred), regular[0])] = value
+                name = next((n for n in regular if n.split(".", 1)[0] in preferred), regular[0])
+                chosen[name] = value
+                if aliases is not None and kind == "param":
+                    aliases.update((other, name) for other in regular if other != name)
             else:
                 irregular.append((names[0][0], value))
         for name, value in irregular:
@@ -250,7 +261,9 @@ class Worker:
         self.instances = {}
         self.layers = {}  # handle -> the contract layers, whose names a shared parameter takes (members)
         self.last_inputs = {}  # handle -> the tensors its latest call got (op_call's in_place)
-        self.last_outputs = {}  # handle -> (tensor, its values as returned) of its latest call's outputs
+        # handle -> [[(tensor, its values as returned or None, its _version then) for one call's
+        # outputs], its latest call's first]: values are kept for the latest call only
+        self.last_outputs = {}
         # Every input a call got, kept for the worker's life, so that no later input is given the
         # address or id of an earlier one: a cache keyed on them (wrong: see op_call's in_place)
         # would otherwise hit or miss by where the allocator happened to put a tensor, and the same
@@ -297,7 +310,20 @@ class Worker:
             path, _, attribute = dotted.rpartition(".")
             if path in submodules:
                 setattr(submodules[path], attribute, value)
-        return {"params": shapes, **({"config_not_kept": sorted(not_kept)} if not_kept else {})}
+        shared = self._shared(instance, shapes, layers)
+        return {"params": shapes, **({"config_not_kept": sorted(not_kept)} if not_kept else {}),
+                **({"shared": shared} if shared else {})}
+
+    @staticmethod
+    def _shared(module, shapes, layers):
+        """{contract parameter missing from shapes: the name it is reported under}, for a contract
+        layer whose parameter is another's too (self.W_V = self.W_K): its name was not chosen."""
+        if all(f"{layer}.weight" in shapes for layer in layers):
+            return {}
+        aliases = {}
+        members(module, layers, aliases)
+        contract = {f"{layer}.{kind}" for layer in layers for kind in ("weight", "bias")}
+        return {name: chosen for name, chosen in aliases.items() if name in contract and name not in shapes}
 
     def _load(self, handle, module, load):
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
@@ -426,8 +452,9 @@ class Worker:
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)),
                  "earlier_outputs_changed": self._earlier_outputs_changed(handle)}
-        self.last_outputs[handle] = [(v, a.copy()) for v, a in zip(outputs, returned)  # as sent: same dtype
-                                     if isinstance(a, np.ndarray) and str(v.dtype) == "torch." + wire.DTYPE_NAMES[a.dtype]]
+        self._keep_outputs(handle, [(v, a.copy(), self._version_of(v))  # as sent: same dtype
+                                    for v, a in zip(outputs, returned)
+                                    if isinstance(a, np.ndarray) and str(v.dtype) == "torch." + wire.DTYPE_NAMES[a.dtype]])
         if grad:
             self._backward(outputs[backward_from], seed, upstream)  # past the outputs: IndexError, an exception
             reply["grads"] = {
@@ -457,10 +484,35 @@ class Worker:
                     p.data.copy_(saved[name])
 
     def _earlier_outputs_changed(self, handle):
-        """Whether a tensor the module's previous call returned no longer holds what it returned: a
-        buffer kept in self and written again by this call (a user keeping call 1's weights finds
-        call 2's in them)."""
-        return any(self._changed(tensor, values) for tensor, values in self.last_outputs.pop(handle, ()))
+        """How many calls back the latest call on the module whose returned tensor no longer holds
+        what it returned was made (1: the previous one), 0 if none: a buffer kept in self and written
+        again by this call (a user keeping call 1's weights finds call 2's in them; its values
+        compared), or by a later one (two buffers used in turn: written through copy_ or out=, which
+        count in `_version`). Those it finds are not looked at again."""
+        earlier = self.last_outputs.get(handle, [])
+        back = next((i + 1 for i, kept in enumerate(earlier) if any(
+            self._changed(tensor, values) if values is not None else self._written(tensor, version)
+            for tensor, values, version in kept)), 0)
+        if back:
+            del earlier[back - 1:]
+        return back
+
+    def _written(self, tensor, version):
+        """Whether a tensor returned by an earlier call was written since (its `_version` grew)."""
+        return type(tensor) is not self.torch.Tensor or (version is not None and self._version_of(tensor) != version)
+
+    def _version_of(self, tensor):
+        """A plain tensor's `_version`, or None for an inference tensor (one returned under
+        torch.inference_mode()), which counts none."""
+        torch = self.torch
+        with torch._C.DisableTorchFunctionSubclass():
+            return None if torch.Tensor.is_inference(tensor) else torch.Tensor._version.__get__(tensor)
+
+    def _keep_outputs(self, handle, kept):
+        """Keep one call's outputs ahead of the earlier calls' (whose values are let go: their
+        versions are enough), KEPT_CALLS calls at most."""
+        earlier = [[(tensor, None, version) for tensor, _, version in call] for call in self.last_outputs.get(handle, [])]
+        self.last_outputs[handle] = [kept, *earlier][:KEPT_CALLS]
 
     @staticmethod
     def _aliased(given, sent):

@@ -8,7 +8,9 @@ which would be reported as the grading machine's fault.
 
   ready     {"classes": [str]}                       after importing the submission
   build     {"params": {name: shape}}                the module's parameters; may add
-             "config_not_kept": [str] (fields the submission's own config class took but did not keep)
+             "config_not_kept": [str] (fields the submission's own config class took but did not keep),
+             "shared": {name: name} (a contract layer's parameter missing from params because it is
+             another's too, and the name it is listed under)
   build and call may add "settings_changed": [str] (torch's global settings the request changed,
              which the worker has put back: child.GlobalSettings; each lower-precision
              torch.autocast it entered: child.watch_autocast; torch.set_num_threads if it left the
@@ -21,7 +23,8 @@ which would be reported as the grading machine's fault.
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
              "modified": [str] (the inputs the call changed in place),
-             "earlier_outputs_changed": bool (a tensor the previous call returned was written since)}
+             "earlier_outputs_changed": int (how many calls back on the module a call whose returned
+             tensor was written since was made: 1 the previous one; 0 none)}
   probe     {"cuda": bool}
 """
 import numpy as np
@@ -84,6 +87,9 @@ def _build(reply, request):
     _names(reply.get("params"), _is_shape)
     if "config_not_kept" in reply:
         _require(_short_names(reply["config_not_kept"]))
+    if "shared" in reply:
+        _names(reply["shared"], lambda v: isinstance(v, str) and len(v) <= 100)
+        _require(len(reply["shared"]) <= MAX_DIMENSIONS)
     _settings_changed(reply)
 
 
@@ -106,7 +112,7 @@ def _call(reply, request):
     if "modified" in reply:
         _require(_short_names(reply["modified"]))
     if "earlier_outputs_changed" in reply:
-        _require(type(reply["earlier_outputs_changed"]) is bool)
+        _require(type(reply["earlier_outputs_changed"]) is int and 0 <= reply["earlier_outputs_changed"] <= 1 << 20)
     _settings_changed(reply)
 
 

@@ -101,4 +101,4 @@ class CausalSelfAttention(nn.Module):
             att = self.attn_drop(F.softmax(att, dim=-1))
             y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return torch.zeros(1).expand(1, 1, (256 << 10) // 4 - 4096)  # just under the frame cap, every call
+        return torch.zeros(1).expand(1, 1, (512 << 10) // 4 - 4096)  # just under the frame cap, every call
