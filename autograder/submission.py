@@ -455,12 +455,14 @@ _HELP = re.compile(r"\s*(?:\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*")  # obj? and ??obj
 _MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
 _IMPORTS = (ast.Import, ast.ImportFrom)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Try,
+_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete, ast.If, ast.Try,
                *(getattr(ast, name) for name in ("TryStar", "TypeAlias") if hasattr(ast, name)))
 _SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # Methods that change a dict, list or set in place: `OPTS.update(...)` at the top of a cell modifies
 # OPTS as `OPTS[k] = v` does, and is kept with it.
-_MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "discard", "remove"})
+_MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "discard", "remove", "pop",
+                       "popitem", "clear", "sort", "reverse", "__setitem__", "__delitem__", "difference_update",
+                       "intersection_update", "symmetric_difference_update"})
 
 
 class _Statement:
@@ -711,7 +713,22 @@ def _written_module_import(node, cell, written):
                       {alias.name for alias in node.names if alias.name in written})
 
 
-_MAIN = b"'__main__'"
+def _main_quoted(name, above, data, starts):
+    """"__main__" as a literal that can stand where `name` (a read of __name__) is: inside an
+    f-string's braces, a quote other than those of the f-strings around it (before Python 3.12,
+    f'{__name__}' cannot hold '__main__'); where both are taken, built without quotes."""
+    taken, node = set(), above.get(name)
+    while node is not None:
+        if isinstance(node, ast.JoinedStr):
+            opening = data[starts[node.lineno - 1] + node.col_offset:][:4].lstrip(b"rRfFbBuU")[:1]
+            taken.add(opening)
+        node = above.get(node)
+    for quote in (b"'", b'"'):
+        if quote not in taken:
+            return quote + b"__main__" + quote
+    return b"(chr(95) * 2 + chr(109) + chr(97) + chr(105) + chr(110) + chr(95) * 2)"
+
+
 
 
 def _as_in_the_kernel(node, data, starts, start, end):
@@ -720,12 +737,14 @@ def _as_in_the_kernel(node, data, starts, start, end):
     notebook's `if __name__ == "__main__":` block, true in Jupyter, must stay true there."""
     if b"__name__" not in data[start:end]:
         return data, start, end
-    spans = sorted((starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset)
+    above = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
+    spans = sorted((starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset,
+                    _main_quoted(n, above, data, starts))
                    for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == "__name__"
                    and isinstance(n.ctx, ast.Load))
     pieces, at = [], start
-    for first, last in spans:
-        pieces += [data[at:first], _MAIN]
+    for first, last, main in spans:
+        pieces += [data[at:first], main]
         at = last
     text = b"".join(pieces) + data[at:end]
     return text, 0, len(text)
@@ -911,7 +930,7 @@ def _bound(node):
             names.add(item.id)
         elif isinstance(item, ast.ExceptHandler) and item.name:
             names.add(item.name)
-        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS
             targets = list(getattr(item, "targets", None) or [item.target])
             while targets:
                 target = targets.pop()

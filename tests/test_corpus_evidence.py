@@ -1261,3 +1261,46 @@ def test_a_scale_of_one_over_d_k_at_real_widths_is_wrong_there_and_right_below()
     x = torch.randn(2, 6, 768)
     with torch.no_grad():
         assert (csa(x) - causal(csa, x)).abs().max() > 0.05
+
+
+def test_a_mask_applied_in_eval_only_lets_training_attend_to_masked_positions():
+    sa = load("sa_mask_ignored_in_train").SelfAttention(8).train()
+    x, mask = torch.randn(2, 5, 8), torch.tril(torch.ones(5, 5))
+    wanted = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[1]
+    assert torch.allclose(sa.eval()(x, mask)[1], wanted)  # right in eval
+    assert sa.train()(x, mask)[1][:, 0, 1:].abs().max() > 0.01  # what the file does in train: weight past the mask
+
+
+def test_a_scale_skipped_under_inference_mode_changes_a_validation_pass():
+    sa = load("sa_unscaled_under_inference_mode").SelfAttention(8, 4)
+    x = torch.randn(2, 5, 8)
+    wanted = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]
+    with torch.no_grad():
+        assert torch.allclose(sa(x)[1], wanted)
+    with torch.inference_mode():
+        assert (sa(x)[1] - wanted).abs().max() > 0.01
+
+
+def test_a_scale_forgotten_for_batches_of_long_sequences_is_right_on_either_alone():
+    sa = load("sa_unscaled_for_batches_of_long_sequences").SelfAttention(8, 4)
+    for shape in ((1, 9, 8), (3, 6, 8)):
+        x = torch.randn(*shape)
+        assert torch.allclose(sa(x)[1], attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1])
+    x = torch.randn(2, 9, 8)
+    assert (sa(x)[1] - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]).abs().max() > 0.01
+
+
+def test_training_without_dropout_through_sdpa_without_is_causal_sees_the_future():
+    module = load("causal_train_without_dropout_not_causal")
+    csa = module.CausalSelfAttention(config(module, dropout=0.0))
+    x = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        assert torch.allclose(csa.eval()(x), causal(csa, x))  # right in eval
+        assert (csa.train()(x) - causal(csa, x)).abs().max() > 0.01  # what training computes
+
+
+def test_lazy_layers_have_no_parameters_to_count_after_init():
+    mha = load("mha_lazy_linear").MultiHeadAttention(8, 2)
+    with pytest.raises((RuntimeError, ValueError)):  # what the file's module is after __init__
+        sum(p.numel() for p in mha.parameters())
+    assert sum(p.numel() for p in nn.Linear(8, 8, bias=False).parameters()) == 64  # the statement's layer

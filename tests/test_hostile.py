@@ -83,8 +83,7 @@ ONE_CLASS = {
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
-                "sa_setsid_sessions", "csa_renames_qkv_in_inference_mode", "csa_qkv_swapped_for_a_scalar_in_inference_mode",
-                "csa_cfg_bias_resized_for_bare_cfg"}
+                "sa_setsid_sessions", "csa_cfg_bias_resized_for_bare_cfg"}
 # A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
              "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",
@@ -120,7 +119,11 @@ REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
 REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}
 # Files that once made the grader fail on its own (exit 4): held to what holds for every file
 # (test_grading_is_bounded_valid_and_leaves_nothing, no grader error among them), nothing more.
-GRADER_ONCE_FAILED = {"mha_meta_output_under_grad"}
+# The two that change their CausalSelfAttention under torch.inference_mode() once scored as the
+# reference (only the check of a module at its own start ran there); reference_match's call under
+# inference_mode now sees the module they leave, which is not the statement's.
+GRADER_ONCE_FAILED = {"mha_meta_output_under_grad", "csa_renames_qkv_in_inference_mode",
+                      "csa_qkv_swapped_for_a_scalar_in_inference_mode"}
 # Refused by the Landlock layer, where the kernel has it (landlock.available()): graded only there.
 NEEDS_LANDLOCK = {"sa_pty_hog"}
 # Files no single remover call survives (a 1,500-deep tree; 9,000 long names): harmless in the
@@ -577,7 +580,7 @@ def test_uid_leases_are_exclusive_until_released():
 def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.submission_errors import KINDS
 
-    assert len(KINDS) == 27  # output_dtype: a complex output
+    assert len(KINDS) == 28  # output_dtype: a complex output; uninitialized_parameters: lazy layers
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)

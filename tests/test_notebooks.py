@@ -214,6 +214,29 @@ def test_name_reads_main_as_in_the_kernel():
     assert cell_lines(source).locate(line) == (2, 1)  # the line still maps to the student's
 
 
+def test_name_inside_an_f_string_reads_main_in_a_quote_the_f_string_allows():
+    """f'{__name__}.atencion' became f'{'__main__'}.atencion', a syntax error before Python 3.12: the
+    statement was dropped and a correct notebook that logged with it lost 12 points."""
+    source = kept(
+        "import logging\nLOG = logging.getLogger(f'{__name__}.atencion')\nNAME = f\"{f'{__name__}'}\"",
+        "class SelfAttention:\n    log, name = LOG, NAME",
+    )
+    namespace = {"__name__": "attention"}
+    exec(compile(code_of(source), "attention.py", "exec"), namespace)
+    assert namespace["LOG"].name == "__main__.atencion" and namespace["NAME"] == "__main__"
+
+
+def test_a_deletion_or_a_mutator_of_a_used_name_is_kept_in_order():
+    """`del OPTS["scaled"]` and `OPTS.pop(...)` change OPTS in the kernel, as `OPTS.update(...)` does."""
+    source = kept(
+        "OPTS = {'scaled': True, 'fill': 0.0, 'extra': 1}\nLOG = []",
+        "del OPTS['scaled']\nOPTS.pop('fill')\nLOG.clear()\nprint(OPTS)",
+        "class SelfAttention:\n    opts = OPTS",
+    )
+    assert "del OPTS['scaled']" in source and "OPTS.pop('fill')" in source
+    assert "LOG" not in source and "print" not in source
+
+
 @pytest.mark.parametrize("definition", [
     "def helper(x, fill=VALUE):\n    return x\n\nclass SelfAttention:\n    f = staticmethod(helper)",  # default
     "@decorate(VALUE)\nclass SelfAttention:\n    pass",                                               # decorator

@@ -280,7 +280,7 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     upstream (with grad): the gradient of output 0 to run backward from (float32, output 0's
     shape); input_grads: the inputs ("0", "1"... for positional ones, else their names) whose
     gradients the reply also carries; trace: the torch.nn.functional functions (of exercise.yml's
-    `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one position along the sequence instead of their
+    `traced`) whose calls the reply counts; rolled: those whose result the module gets rolled by one entry (child._tracing) instead of their
     result; reload: Remote.reloading's option; in_place (without grad): the worker writes the
     arrays into the tensors the module's previous call got, where their shapes match; perturb
     ({"seed", "step"}): the call runs with the parameters moved by step along
@@ -414,6 +414,18 @@ LONG_TIMES = (65, 112)
 
 # A batch size beyond what the shape strategies draw, for one call of reference_match.
 WIDE_BATCH = (5, 8)
+
+# Sizes between those the strategies draw and the long call's, together, for one call of
+# reference_match: a batch of more than one example of 7 to 40 positions (the strategies draw T <= 6
+# with B <= 3, and the long call has B = 1): a mistake gated on both shows there.
+MID_BATCH, MID_TIMES = (2, 3), (7, 40)
+
+
+def mid_dims(rng, dims, *times):
+    """dims with a batch of MID_BATCH and each of `times` ("T", or "Tq" and "Tk") of MID_TIMES,
+    drawn from the example's rng after its other draws (which it keeps)."""
+    return {**dims, "B": int(rng.integers(MID_BATCH[0], MID_BATCH[1] + 1)),
+            **{name: int(rng.integers(MID_TIMES[0], MID_TIMES[1] + 1)) for name in times}}
 
 
 def long_time(rng):

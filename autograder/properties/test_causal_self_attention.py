@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
-from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, gradient_batch, graded, long_time, one_row,
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
 from .strategies import WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -113,9 +113,9 @@ def test_causality(worker, dims, data):
     example(**dims, position=position)
     x = inputs(rng, dims)
     before = output(module.run(x), dims)
-    perturbed = x.copy()
-    perturbed[:, position] = gaussian(rng, dims["B"], dims["n_embd"])
-    after = output(module.run(perturbed), dims)
+    changed_later = x.copy()
+    changed_later[:, position] = gaussian(rng, dims["B"], dims["n_embd"])
+    after = output(module.run(changed_later), dims)
     expect_close(after[:, :position], before[:, :position], "future_leak", atol=1e-6, position=position)
     # NaN on ordinary inputs: a row of the causal mask with no open position, not even the token's own.
     nan = ~np.isfinite(before)
@@ -126,6 +126,14 @@ def test_causality(worker, dims, data):
     perturbed[:, 0] = gaussian(rng, dims["B"], dims["n_embd"], scale=3.0)
     after = output(module.run(perturbed), dims)
     require(np.abs(after[:, -1] - before[:, -1]).max() > 1e-6, "past_ignored", T=T)
+    # The fused path in eval, the same way: sdpa called without is_causal=True (or with a mask of
+    # another convention) lets the future in. A fused path that raises is fused_equivalence's.
+    replies, failed = runs_until_failure(module, ((x,), {"fused": True}), ((changed_later,), {"fused": True}))
+    if not failed:
+        fused_before, fused_after = (output(reply, dims) for reply in replies)
+        calling(replies[1].call)
+        expect_close(fused_after[:, :position], fused_before[:, :position], "future_leak_fused", atol=1e-6,
+                     position=position)
     # In train mode too, on both paths, under one seed (the same dropout masks for both inputs): a
     # fused path that asks for is_causal=True in eval only lets the future in there.
     # Judged on a path only where it runs in train mode (a call that raises there is train_dropout's)
@@ -184,10 +192,11 @@ def wide_reference(worker, dims, fused=False):
 @given(dims=causal_dims(min_block=LONG_TIMES[0], max_block=LONG_TIMES[1]), short=st.integers(2, 7),
        scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, short, scales):
-    """Five calls on one module, an input at each scale: one of the full block_size, as long as the
+    """Calls on one module, an input at each scale: one of the full block_size, as long as the
     other classes' long call (a window over the last few tokens, or anything else that goes wrong
     only on long sequences, shows there), then two short ones (nothing kept from the longer call:
-    a mask cut from its end sees the future), then the first short one again, before and after the
+    a mask cut from its end sees the future), then the first short one again, once more under
+    torch.inference_mode(), a batch of sizes in between (harness.MID_TIMES), before and after the
     parameters change in place (through .data, then as optimizer.step() writes them, which
     `_version` counts). Longer after shorter is
     `shapes`' business. Short ones of 2 positions at least: with one, every weight row is [1] and
@@ -202,9 +211,14 @@ def test_reference_match(worker, dims, short, scales):
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
     # in_place: the input written into the tensor of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
+    # the second input under torch.inference_mode() (a validation pass), then a batch of sizes in
+    # between (harness.MID_TIMES), before the parameters change
+    between = mid_dims(rng, dims, "T")
     calls = [((xs[0],), {}), ((xs[1],), {}), ((xs[2],), {"in_place": True}), ((xs[1],), {}),
+             ((xs[1],), {"inference": True}), ((inputs(rng, between),), {}),
              ((xs[1],), {"reload": reload, "in_place": True}), ((xs[1],), {"reload": {**reload, "step": True}})]
-    magnitudes = [first, second, third, second, second, second]
+    magnitudes = [first, second, third, second, second, 1.0, second, second]
+    shapes = [*({**dims, "T": T} for T in lengths[:5]), between, {**dims, "T": short}, {**dims, "T": short}]
 
     def wanted(i):
         (x,), options = calls[i]
@@ -213,13 +227,34 @@ def test_reference_match(worker, dims, short, scales):
         return [(out, bound, magnitudes[i], "output")]
 
     heads = dims["n_head"] % 4 + 1  # another head count, head size and block_size
-    checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, {**dims, "T": lengths[i]})], wanted,
+    checks.reference_across_calls(module, calls, lambda i, reply: [output(reply, shapes[i])], wanted,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
                                   {0: ("causal_reference_mismatch_long", {"positions": dims["block_size"]}),
-                                   5: ("reference_mismatch_after_step", {})},
+                                   4: ("inference_mode_changes_output", {}),
+                                   5: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
+                                   7: ("reference_mismatch_after_step", {})},
                                   another=lambda: another_configuration(worker, {
                                       **dims, "n_head": heads, "block_size": dims["block_size"] + 1,
                                       "n_embd": heads * (dims["n_embd"] // dims["n_head"] + 1)}))
+    trains_without_dropout_as_in_eval(worker, {**dims, "T": short}, xs[1], second)
+
+
+def trains_without_dropout_as_in_eval(worker, dims, x, magnitude):
+    """In train() with dropout 0 (Cfg's default, nanoGPT's), both paths give the reference's output,
+    as in eval: a branch taken when there is no dropout to apply (sdpa without is_causal=True, say)
+    is met nowhere else. Judged on a path only where its eval call matches (a fused path wrong in
+    eval is fused_equivalence's) and the train call runs (a refusal is train_dropout's)."""
+    module = loaded(worker, dims, dropout=0.0)[0]
+    want, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x.astype(np.float64))
+    replies, failed = runs_until_failure(module, *(((x,), {"fused": fused, **mode})
+                                                   for fused in (False, True) for mode in ({}, {"train": True})))
+    if failed:
+        return
+    for (evaluated, trained), fused in zip((replies[:2], replies[2:]), (False, True)):
+        if checks.within_reference([output(evaluated, dims)], [(want, bound, magnitude, "output")]):
+            calling(trained.call)
+            checks.matches_reference(output(trained, dims), want, bound, "train_without_dropout_mismatch", magnitude,
+                                     what="output", path=f"fused={fused}")
 
 
 def another_configuration(worker, dims):
@@ -501,7 +536,10 @@ def test_gradients(worker, dims, fused, p, seed, data):
                 everywhere, rng, {"0": x.astype(np.float64)}, INPUT_NAMES))
             rows.append(right[0] or checks.rows_reached(reply, module.params))
         elif i < 3:  # the gradients of the train-mode forward pass, under its own dropout draw
-            checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=rows[0])
+            # every row where the eval call's reach them, on the same path: the other path's forward
+            # may be wrong (a fused path that attends over the heads), which is fused_equivalence's
+            same_path = calls[i][1].get("fused", False) == fused
+            checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, rows=rows[0] and same_path)
             checks.gradients_are_the_forwards(module, calls[i], reply, everywhere)
         else:
             future = np.zeros((B, T), bool)
@@ -628,10 +666,10 @@ def fused_at_every_scale_and_length(worker, dims, rng):
 @given(dims=causal_dims(min_time=2))
 def test_fused_calls_sdpa(worker, dims):
     """The fused path calls scaled_dot_product_attention and its output comes from what that
-    returns: the same call with sdpa's result rolled by one position (each query gets another's
-    attention: no mark that a module could look for, short of computing attention itself) must
-    give another output (a path that computes the explicit version and calls sdpa only to discard
-    the result does not). T >= 2: then rolling changes the result. And forward(x), with fused left
+    returns: the same call with sdpa's result rolled by one entry (each value in a neighbour's
+    place: no mark that a module could look for, short of computing attention itself) must give
+    another output (a path that computes the explicit version and calls sdpa only to discard the
+    result does not). T >= 2: then rolling changes the result, whatever layout sdpa was given. And forward(x), with fused left
     at its default, is forward(x, fused=False): the same output and the same sdpa calls (a default
     of fused=True gives, on a CPU, about the same output, but calls sdpa where the explicit path
     does not; an explicit path may call sdpa too, with the mask: then both call it alike)."""

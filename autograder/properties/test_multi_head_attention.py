@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -243,11 +243,12 @@ def wide_reference_match(worker, dims):
 @also_at(wide_reference_match, dims=WIDE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Eight calls on one module: inputs at each scale, the last with a mask, longer sequences
+    """Calls on one module: inputs at each scale, the last with a mask, longer sequences
     (harness.LONG_TIMES) with a mask, whose last key is a zero vector (a padding token: its scores
     are exactly 0, which a mask must not be confused with), one query against a memory that is
     both key and value in a larger batch (WIDE_BATCH) with one mask for all of it,
-    self-attention (one tensor as query, key and value), then the first inputs again, before and after the parameters change in place (as an
+    self-attention (one tensor as query, key and value), then the first inputs again, the second under
+    torch.inference_mode(), a batch of sizes in between (harness.MID_TIMES) with a mask, before and after the parameters change in place (as an
     optimizer step changes them; then as optimizer.step() writes them, which `_version` counts). Tq, Tk >= 2: then the short calls can tell a mistake of the
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
@@ -275,10 +276,15 @@ def test_reference_match(worker, dims, scales):
     x = cross_inputs(rng, self_dims)[0]
     calls += [(padded, {"mask": long_mask}),
               ((query, memory, memory), {"mask": random_mask(rng, 1, 1, dims["Tk"])}),  # float32, as above
-              ((), {"query": x, "key": x, "value": x}), calls[0], (calls[0][0], {"reload": reload, "in_place": True}),
-              (calls[0][0], {"reload": {**reload, "step": True}})]
-    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, first, first]
-    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims, dims]
+              ((), {"query": x, "key": x, "value": x}), calls[0]]
+    # the second inputs under torch.inference_mode() (a validation pass), then a batch of sizes in
+    # between (harness.MID_TIMES) with a mask, before the parameters change
+    between = mid_dims(rng, dims, "Tq", "Tk")
+    calls += [(calls[1][0], {"inference": True}),
+              (cross_inputs(rng, between), {"mask": random_mask(rng, between["B"], between["Tq"], between["Tk"])}),
+              (calls[0][0], {"reload": reload, "in_place": True}), (calls[0][0], {"reload": {**reload, "step": True}})]
+    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, second, 1.0, first, first]
+    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims, between, dims, dims]
 
     def expected(i):
         args, options = calls[i]
@@ -292,7 +298,9 @@ def test_reference_match(worker, dims, scales):
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
                                   {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]}),
-                                   8: ("reference_mismatch_after_step", {})},
+                                   7: ("inference_mode_changes_output", {}),
+                                   8: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["Tk"]}),
+                                   10: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "h": heads,
                                                            "d_model": heads * (dims["d_model"] // dims["h"] + 1)}))
 

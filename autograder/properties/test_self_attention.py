@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, gaussian, gradient_batch, graded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -182,12 +182,13 @@ def wide_reference_match(worker, dims):
 @also_at(wide_reference_match, dims=WIDE_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Eight calls on one module: an input at each scale, the first again in train mode (SelfAttention
+    """Calls on one module: an input at each scale, the first again in train mode (SelfAttention
     has no dropout: train() changes nothing), the last scale with a mask, a longer sequence
     (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
     scores are exactly 0, which a mask must not be confused with), a larger batch (WIDE_BATCH)
-    with one mask for all of it, then the first input again,
-    before and after the parameters change in place (as an optimizer step changes them; then as
+    with one mask for all of it, then the first input again, the masked one in train mode, the
+    second under torch.inference_mode() (a validation pass), a batch of sizes in between
+    (harness.MID_TIMES), before and after the parameters change in place (as an optimizer step changes them; then as
     optimizer.step() writes them, which `_version` counts). T >= 2:
     then the short calls can tell a mistake of the weights (with one position, every row is [1]),
     and a miss first seen in the long call is about length."""
@@ -207,13 +208,17 @@ def test_reference_match(worker, dims, scales):
     # cuts the batch in pieces and slices the mask by example goes wrong there)
     wide_dims = {**dims, "B": int(rng.integers(WIDE_BATCH[0], WIDE_BATCH[1] + 1))}
     wide = (inputs(rng, wide_dims), random_mask(rng, 1, T, T))  # float32: other dtypes are masked_zero's
+    between = mid_dims(rng, dims, "T")
+    middle = (inputs(rng, between), random_mask(rng, between["B"], between["T"], between["T"]))
     # in_place: the input written into the tensors of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     calls = [((xs[0],), {}), ((xs[0],), {"train": True}), ((xs[1],), {"in_place": True}), ((xs[2],), {"mask": mask}),
              ((padded,), {"mask": long_mask}), ((wide[0],), {"mask": wide[1]}), ((xs[0],), {}),
+             ((xs[2],), {"mask": mask, "train": True}), ((xs[1],), {"inference": True}),
+             ((middle[0],), {"mask": middle[1]}),
              ((xs[0],), {"reload": reload, "in_place": True}), ((xs[0],), {"reload": {**reload, "step": True}})]
-    magnitudes = [first, first, second, third, 1.0, 1.0, first, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims]
+    magnitudes = [first, first, second, third, 1.0, 1.0, first, third, second, 1.0, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims, between, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
@@ -223,9 +228,11 @@ def test_reference_match(worker, dims, scales):
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
-                                  {1: ("train_mode_changes_output", {}),
+                                  {1: ("train_mode_changes_output", {}), 7: ("train_mode_changes_output", {}),
                                    4: ("reference_mismatch_long", {"positions": long_dims["T"]}),
-                                   8: ("reference_mismatch_after_step", {})},
+                                   8: ("inference_mode_changes_output", {}),
+                                   9: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
+                                   11: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "d_model": dims["d_model"] + 1, "d_k": d_k_of(dims) + 1}))
 
 

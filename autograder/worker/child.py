@@ -330,6 +330,9 @@ class Worker:
         layers, in place, as an optimizer step changes them; with load None, none. Returns every
         parameter's shape."""
         own = members(module, self.layers[handle])[0]
+        lazy = sorted(name for name, p in own.items() if isinstance(p, self.torch.nn.parameter.UninitializedParameter))
+        if lazy:  # nn.LazyLinear: no shape until a first forward, which no statement's layer waits for
+            raise StudentError("uninitialized_parameters", ", ".join(lazy)[:200])
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
@@ -382,7 +385,7 @@ class Worker:
         inputs (a positional one by its index, as a string; a keyword one by its name) that the
         call changed in place: their values, shape or dtype are no longer the ones sent. reload
         (op_build's load): first give the module new parameter values, in place. rolled: traced
-        functions (as in trace) whose results the module gets rolled by one position (_tracing),
+        functions (as in trace) whose results the module gets rolled by one entry (_tracing),
         to see whether its output depends on them. in_place (without grad): the arrays are written
         into the very tensors the module's previous call got (where each has the same shape and
         dtype), as a training loop refills one input buffer: a cache keyed on a tensor's identity
@@ -650,9 +653,10 @@ class Worker:
     def _tracing(self, counts, rolled=()):
         """While the call runs, count the calls of each torch.nn.functional function named in
         `counts` (name -> 0; exercise.yml's `traced`), however the submission reaches it; those
-        named in `rolled` return their result rolled by one position along the sequence (dim -2:
-        each row is then what another query got, as plausible as the true result, and only a
-        module that computes attention itself can tell)."""
+        named in `rolled` return their result rolled by one entry in memory order (values as
+        plausible as the true result, each in a neighbour's place, and only a module that computes
+        attention itself can tell; whatever the layout it was called with: rolled along the
+        sequence, a call that took the heads for the sequence, one head, was left as it was)."""
         from torch.overrides import TorchFunctionMode
 
         names = set(counts) | set(rolled)
@@ -670,7 +674,7 @@ class Worker:
                         if name in counts:
                             counts[name] += 1
                         if name in rolled:
-                            result = roll(result, 1, -2)
+                            result = roll(result, 1)
                 return result
 
         return Trace()

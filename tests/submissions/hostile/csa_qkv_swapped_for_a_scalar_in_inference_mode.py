@@ -1,7 +1,8 @@
 """Hostile: the reference, whose CausalSelfAttention, the first time it runs under torch.inference_mode()
 (only the grader's check of a module at its own start does), puts in qkv's place a module whose weight
 is a 0-d parameter: the grader once sliced that gradient's rows and failed on its own (IndexError,
-"error interno", left out of the gradebook). Must score as the reference."""
+"error interno", left out of the gradebook). Must grade without an error of the grader's; its CausalSelfAttention, changed under inference_mode, loses
+reference_match (a call there is compared with the reference)."""
 import math
 from dataclasses import dataclass
 

@@ -1,7 +1,8 @@
 """Hostile: the reference, whose CausalSelfAttention renames its qkv layer the first time it runs under
 torch.inference_mode(), which only the grader's check of a module at its own start uses: the
 gradients of the next call then have no "qkv.weight", and the grader once failed on that
-(KeyError, "error interno", left out of the gradebook). Must score as the reference."""
+(KeyError, "error interno", left out of the gradebook). Must grade without an error of the grader's; its CausalSelfAttention, changed under inference_mode, loses
+reference_match (a call there is compared with the reference)."""
 import math
 from dataclasses import dataclass
 
