@@ -1326,8 +1326,9 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
     (names: inputs_unchanged's). A later call that misses while the same call on a fresh module
     (fresh()) matches shows a module that depends on its earlier calls; when that call first gave
     the module new parameters (the option `reload`), on what it computed from the old ones.
-    described: {call index: (failure code, its parameters)} for a call whose miss says more than
-    reference_mismatch_at (the one of another form or length, say), used when every other call
+    described: {call index: (failure code, its parameters[, indices of calls of the same kind])} for
+    a call whose miss says more than reference_mismatch_at (the one of another form or length,
+    say), used when every other call but those of its kind (the train-mode calls, the longer ones)
     matched: only then is the miss about what sets that call apart.
     another: once every call matched, builds and calls a module of the same class with another
     configuration (returning a description of it); then the first call again must still match:
@@ -1345,7 +1346,7 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
         settings_left_alone("forward", reply.settings_changed)  # first: a lower precision moves the outputs
         require(not reply.earlier_outputs_changed, "outputs_overwritten_later",
                 previous=max(1, i + 1 - reply.earlier_outputs_changed), call=i + 1)
-        code, said = (described or {}).get(i, ("reference_mismatch_at", {}))
+        code, said, *kind = (described or {}).get(i, ("reference_mismatch_at", {}))
         for actual, (want, bound, magnitude, what) in zip(got, expected(i)):
             params = {"what": what, "call": i + 1, "calls": len(calls), "scale": magnitude, **said}
             try:
@@ -1356,7 +1357,7 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
                 if not calls[i][1].get("train") and second_opinion(lambda: changes_when_repeated(module, calls[i], i, shaped)):
                     raise PropertyFailure("eval_output_changes", **params) from None
-                if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected):
+                if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected, *kind):
                     failure = PropertyFailure("reference_mismatch_at", **{
                         k: v for k, v in failure.params.items() if k not in said})
                 if what == "output" and not calls[i][1].get("train") and weights_right_in_every_call(
@@ -1389,11 +1390,12 @@ def weights_right_in_every_call(replies, calls, shaped, expected):
     return found
 
 
-def others_match(replies, index, shaped, expected):
-    """Whether every call's outputs but the index-th's match the reference (as
-    reference_across_calls compares them): a miss of that call alone is about what sets it apart."""
+def others_match(replies, index, shaped, expected, alike=()):
+    """Whether every call's outputs but the index-th's (and those `alike` it) match the reference
+    (as reference_across_calls compares them): a miss of those calls alone is about what sets them
+    apart."""
     for j, reply in enumerate(replies):
-        if j == index:
+        if j == index or j in alike:
             continue
         try:
             got = shaped(j, reply)
@@ -1564,7 +1566,7 @@ def raised_after_earlier_calls(module, calls, index, error):
     call runs as the first call of a twin, the failure raised_after_earlier_calls (what earlier
     calls left in the module made it raise: a batch size or a mask kept in self, not the call's own
     form); else None. Costs an exchange only after such a raise."""
-    from .harness import call_failure
+    from .harness import call_failure, mask_forms_judged
 
     if index == 0:
         return None
@@ -1572,7 +1574,8 @@ def raised_after_earlier_calls(module, calls, index, error):
 
     def runs_first():
         try:
-            module.twin().run(*args, **options)
+            with mask_forms_judged():  # the same call: its mask as it is, not retried as bool
+                module.twin().run(*args, **options)
         except SubmissionError as again:
             if not again.raised:
                 raise

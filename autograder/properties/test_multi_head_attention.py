@@ -297,7 +297,7 @@ def test_reference_match(worker, dims, scales):
     heads = dims["h"] % 4 + 1  # another head count and head size
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
-                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]}),
+                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]}, {8}),
                                    7: ("inference_mode_changes_output", {}),
                                    8: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["Tk"]}),
                                    10: ("reference_mismatch_after_step", {})},

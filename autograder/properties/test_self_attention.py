@@ -228,8 +228,8 @@ def test_reference_match(worker, dims, scales):
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
-                                  {1: ("train_mode_changes_output", {}), 7: ("train_mode_changes_output", {}),
-                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]}),
+                                  {1: ("train_mode_changes_output", {}, {7}), 7: ("train_mode_changes_output", {}, {1}),
+                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]}, {9}),
                                    8: ("inference_mode_changes_output", {}),
                                    9: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
                                    11: ("reference_mismatch_after_step", {})},
