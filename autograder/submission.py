@@ -680,8 +680,8 @@ def _statements(tree, code, cell, written=frozenset()):
             kind, names = "definition", (node.name,)
         elif isinstance(node, _STATEMENTS):
             kind, names = "statement", _bound(node)
-        elif _attaching_loop(node):
-            kind, names = "statement", (*_bound(node), *_attaching_loop(node))
+        elif attached := _attaching_loop(node):
+            kind, names = "statement", (*_bound(node), *attached)
         elif _mutated(node):
             kind, names = "statement", (_mutated(node),)
         else:
@@ -727,8 +727,6 @@ def _main_quoted(name, above, data, starts):
         if quote not in taken:
             return quote + b"__main__" + quote
     return b"(chr(95) * 2 + chr(109) + chr(97) + chr(105) + chr(110) + chr(95) * 2)"
-
-
 
 
 def _as_in_the_kernel(node, data, starts, start, end):
@@ -859,7 +857,8 @@ def _attaching_loop(node):
     of one graded class, or of one loop variable that takes only graded classes, written by name in
     those items (setattr, or `X.forward = f`), without else: in the kernel the classes come out of
     it changed, so they are graded changed."""
-    if not (isinstance(node, ast.For) and not node.orelse and _written_items(node.iter) is not None):
+    items = _written_items(node.iter) if isinstance(node, ast.For) and not node.orelse else None
+    if items is None:
         return ()
     targets = set()
     for statement in node.body:
@@ -875,7 +874,7 @@ def _attaching_loop(node):
     target, graded = targets.pop(), set(EXERCISE.class_names)
     if target in graded:
         return (target,)
-    taken = _taken_by(node.target, target, _written_items(node.iter))
+    taken = _taken_by(node.target, target, items)
     return tuple(dict.fromkeys(taken)) if taken and set(taken) <= graded else ()
 
 

@@ -1247,7 +1247,7 @@ def matches_reference(actual, expected, bound, code, magnitude=1.0, tolerance=No
 
 
 # At a real model's width the worst-case rounding bound (reference.py: n·u on a sum of n products)
-# outgrows the outputs themselves (~0.5 on outputs of ~0.7 at n_embd = 768), while float32's actual
+# outgrows the outputs themselves (measured: ~0.5 on outputs of ~0.7 at n_embd = 768), while float32's actual
 # error there stays near 1e-5 of their size, whatever the order of summation: matches_when_wide
 # allows WIDE_RTOL of the outputs' root mean square plus of each entry.
 WIDE_RTOL = 1e-3
