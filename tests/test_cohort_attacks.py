@@ -156,7 +156,8 @@ def write_export(root, metadata_text, folders=("submission_1",)):
     return root
 
 
-@pytest.mark.parametrize("key", ["../outside", "/etc", "a\\b", "..", ".", "", "a\0b"])
+@pytest.mark.parametrize("key", ["../outside", "/etc", "a\\b", "..", ".", "", "a\0b", "submission_\udc80",
+                                 "submission_\u0661", "submission_1x", "luis.py", "ana"])
 def test_export_keys_that_are_not_plain_folder_names_are_refused(tmp_path, key):
     (tmp_path / "outside").mkdir()
     metadata = {"submission_1": {":submitters": [{":name": "Ana"}]}, key: {":submitters": [{":name": "Eve"}]}}
@@ -215,6 +216,28 @@ def test_a_students_folder_holding_metadata_does_not_make_the_cohort_an_export(t
     with batch.entries(cohort) as entries:
         assert sorted(e.key for e in entries) == ["ana.py", "luis.py", "mallory"]
         assert [s.sid for e in entries for s in e.submitters if s.sid] == []
+
+
+def test_a_late_folder_holding_one_students_folder_with_metadata_is_no_export(store, tmp_path):
+    """Late work alone in a folder (README): its only entry, ana/, holds her submission and a
+    submission_metadata.yml naming Luis's key. Still plain submissions: ana/ is graded as Ana's,
+    and nothing is stored under Luis's key or with his name."""
+    first = tmp_path / "first"
+    first.mkdir()
+    for name in ("ana.py", "luis.py"):
+        (first / name).write_text(STUB, encoding="utf-8")
+    run_batch(first, store, Instant(outcomes()))
+    late = tmp_path / "late"
+    write_export(late / "ana", yaml.safe_dump({"ana": {":submitters": [{":name": "ana"}]},
+                                               "luis.py": {":submitters": [{":name": "Mallory"}]}}), folders=())
+    (late / "ana" / "attention.py").write_text(STUB, encoding="utf-8")
+    (late / "ana" / "luis.py").write_text(STUB, encoding="utf-8")
+    assert gradescope_export.find_metadata(late) is None
+    run_batch(late, store, Instant(outcomes()))
+    stored = {r.key: r for r in store.cohort_results("c")}
+    assert stored["luis.py"].submitters == [Submitter("luis", "", "")]  # named after his file, as before
+    assert stored["luis.py"].run_id == stored["ana.py"].run_id
+    assert stored["ana"].run_id > stored["luis.py"].run_id  # the late folder: Ana's, under her folder's name
 
 
 def test_an_export_is_found_at_the_top_or_in_the_one_folder_a_zip_unpacks_to(tmp_path):
@@ -357,16 +380,18 @@ def test_a_newline_or_tab_in_a_file_name_never_reaches_a_key(store, tmp_path):
         assert len(handle.read().splitlines()) == 4  # the header and one line each
 
 
-def test_surrogates_in_export_keys_and_names(store, tmp_path):
+def test_surrogates_in_export_names(store, tmp_path):
+    """Names with lone surrogates and control characters are stored as valid text (a key with
+    them is no Gradescope key: refused, above)."""
     root = write_export(tmp_path / "export", """\
-"submission_\\udc80":
+"submission_1":
   :submitters:
   - {":name": "Ana \\ud800\\x01", ":email": "ana\\udc80@example.edu", ":sid": "1"}
-""", folders=("submission_\udc80",))
+""")
     summary = run_batch(root, store, Instant(outcomes()))
     assert summary.graded == 1
     [result] = store.results(store.run("c"))
-    assert result.key.startswith("submission_\ufffd~")
+    assert result.key == "submission_1"
     assert result.submitters == [Submitter("Ana \ufffd", "ana\ufffd@example.edu", "1")]
     report.write_reports(store, "c", tmp_path / "out", CONFIG)
     assert_valid_utf8(tmp_path / "out")

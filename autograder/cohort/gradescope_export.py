@@ -15,13 +15,17 @@ Plain keys (`submitters`, `name`, ...) are accepted too, and a node with a tag Y
 know (`!ruby/object:...`) is read as the plain mapping, list or text under it. Only the metadata
 is read here; the submission folders are graded like any other folder submission.
 
-Every submission key must name a folder of the export: a key that is empty, `.` or `..`, holds a
-slash, backslash or NUL, or whose path is a symlink or resolves outside the export is refused
-with ExportError, and the batch stops before grading anything. Gradescope writes only
-`submission_N` keys, so such a file is not a genuine export and grading the rest would hide that.
+Every submission key must be Gradescope's `submission_N` and name a folder of the export: any
+other key (one that is empty, `.` or `..`, holds a slash, backslash or NUL, or names a student's
+file), or one whose path is a symlink or resolves outside the export, is refused with
+ExportError, and the batch stops before grading anything: such a file is not a genuine export,
+and grading the rest would hide that. A student's own folder can hold a file of that name: it
+makes no export (find_metadata), so it never chooses the keys or the names of other students'
+submissions.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -35,6 +39,9 @@ from .store import Submitter
 METADATA = "submission_metadata.yml"
 # Gradescope's metadata holds a few lines per submission: 16 MiB is hundreds of thousands of them.
 MAX_METADATA_BYTES = 16 * 2**20
+# Names Gradescope gives: the folder a zipped export unpacks to, and each submission's folder.
+EXPORT_FOLDER = re.compile(r"assignment_[0-9]+_export")
+SUBMISSION_KEY = re.compile(r"submission_[0-9]+")
 
 
 class ExportError(UsageError):
@@ -56,15 +63,17 @@ def _field(mapping, name):
 
 
 def find_metadata(root):
-    """The metadata file at the root of the export, or in the one folder the root holds (a zip
-    unpacks to assignment_N_export/), if any. Never deeper, nor beside other entries: a folder of
-    plain submissions in which one student's folder holds a submission_metadata.yml is a folder of
-    plain submissions, not an export that student wrote."""
+    """The metadata file at the root of the export, or in the one folder the root holds when it is
+    the one a zip unpacks to (assignment_N_export/), if any. Never deeper, nor beside other
+    entries, nor in a folder of another name: a folder of plain submissions in which one
+    student's folder holds a submission_metadata.yml (say, the only one of a folder of late work)
+    is a folder of plain submissions, not an export that student wrote."""
     root = Path(root)
     if (root / METADATA).is_file():
         return root / METADATA
     entries = [entry for entry in root.iterdir() if not entry.name.startswith(".") and entry.name != "__MACOSX"]
-    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() and (entries[0] / METADATA).is_file():
+    if (len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink()
+            and EXPORT_FOLDER.fullmatch(entries[0].name) and (entries[0] / METADATA).is_file()):
         return entries[0] / METADATA
     return None
 
@@ -95,9 +104,9 @@ _MetadataLoader.add_multi_constructor("", _untagged)
 
 
 def _folder(root, key):
-    """The export's folder for `key`, or ExportError if the key is not a plain name of a folder inside it."""
-    if key in ("", ".", "..") or any(c in key for c in "/\\\0"):
-        raise ExportError(f"{METADATA} names {key!r}, which is not a submission folder name")
+    """The export's folder for `key`, or ExportError if the key is not Gradescope's name of a folder inside it."""
+    if not SUBMISSION_KEY.fullmatch(key):
+        raise ExportError(f"{METADATA} names {key!r}, which is not a submission folder name (Gradescope's are submission_N)")
     path = root / key
     if path.is_symlink() or (path.exists() and path.resolve().parent != root.resolve()):
         raise ExportError(f"{METADATA} names {key!r}, a symlink or a path outside the export")
@@ -120,7 +129,7 @@ def read(metadata_path):
         if not isinstance(folder, str):
             raise ExportError(f"{METADATA} has a key that is not a folder name: {str(folder)[:80]!r}")
         path = _folder(metadata_path.parent, folder)
-        if not path.exists() or not isinstance(entry, dict):
+        if not path.is_dir() or not isinstance(entry, dict):
             continue
         people = entry.get(":submitters", entry.get("submitters"))
         submitters = tuple(
