@@ -15,8 +15,10 @@ crash here would leave no results.json at all. The limits are far above any hone
 - a .zip: MAX_ENTRIES members and a central directory of MAX_ZIP_DIRECTORY = 2 MiB, both read
   from its end records before zipfile parses the whole directory; the chosen member stored or
   compressed with Deflate, the only methods whose output zipfile reads in bounded steps;
-- a notebook: MAX_CELLS = 5,000 cells and MAX_NOTEBOOK_CODE = 128 KiB of code, because its code
-  is parsed here, outside the sandbox, and ast needs up to 1 KiB of memory per byte of code.
+- a notebook: MAX_CELLS = 5,000 cells and MAX_NOTEBOOK_CODE = 2 MiB of code (as a .py), parsed
+  here, outside the sandbox, one cell at a time; ast needs up to ~700 bytes of memory per byte of
+  code (nested calls, f-strings), so a code cell over MAX_CELL_CODE = 128 KiB (pasted data, say)
+  is dropped unparsed, as if it were text: the classes lose only what they take from it.
 
 Symbolic links are refused wherever they appear (the submission itself, any entry of a folder at
 any depth, any member of a zip): as root, following one would grade another student's file or
@@ -50,7 +52,8 @@ MAX_ENTRIES = 10_000
 MAX_DEPTH = 32
 MAX_ZIP_DIRECTORY = 2 << 20
 MAX_CELLS = 5_000
-MAX_NOTEBOOK_CODE = 128 << 10
+MAX_NOTEBOOK_CODE = 2 << 20
+MAX_CELL_CODE = 128 << 10
 MAX_SHOWN = 200  # characters of a name or message shown to the student: zip names reach 64 KiB
 IGNORED = {"conftest.py", "setup.py", "sitecustomize.py", "usercustomize.py"}
 
@@ -492,6 +495,7 @@ def notebook_source(text, name="notebook.ipynb"):
       from: `from capas import SelfAttention` is dropped, its code being here already): their
       magic line alone is dropped. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
+    - A code cell over MAX_CELL_CODE is dropped whole, unparsed (the module's docstring: why).
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
       then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
       `OPTS.update(...)`-like calls that change a dict, list or set in place) that binds or changes a name kept code uses: in class and function bodies, default arguments, decorators,
@@ -522,6 +526,8 @@ def notebook_source(text, name="notebook.ipynb"):
         raise SubmissionUnreadable("notebook_code_too_large", file=name, limit_kib=MAX_NOTEBOOK_CODE >> 10)
     statements = []
     for number, (code, with_pass) in enumerate(cells, 1):
+        if len(code.encode()) > MAX_CELL_CODE:
+            continue
         try:
             try:
                 tree = ast.parse(code)
@@ -962,8 +968,9 @@ def _uses(statement):
         # name it then binds (`n_embd: int = n_embd` in a dataclass): the symbol table calls that
         # one local, so every name a class body reads counts.
         module_reads = table is top or table.get_type() == "class"
+        # `global n; n += 1` in a function reads n, though the symbol table calls it assigned only
         names |= {symbol.get_name() for symbol in table.get_symbols()
-                  if symbol.is_referenced() and (module_reads or symbol.is_global())}
+                  if (symbol.is_referenced() or symbol.is_declared_global()) and (module_reads or symbol.is_global())}
         pending += table.get_children()
     return names
 

@@ -10,7 +10,7 @@ inside marked blocks:
 Everything between the markers is rendered here; the rest of the statement is written by hand.
 Blocks (BLOCKS): `points` (feedback language, what each visibility means, the table of properties
 with their points per class, prerequisites and totals, the exercise's total split by when it is
-shown) and `limits` (timeouts and resource limits). The words come from the feedback catalogs:
+shown) and `limits` (timeouts and resource limits, and the loader's on a notebook's code). The words come from the feedback catalogs:
 `checks` (the exercise's, autograder/properties/feedback/<language>.yml) says what each property
 checks (its one place per language: a property grading.yml names without it stops the build),
 `statement` (the engine's, autograder/feedback/<language>.yml) the rest.
@@ -32,6 +32,7 @@ from pathlib import Path
 from ..errors import AutograderError, UsageError
 from ..exercise import EXERCISE
 from .. import config as grading_config
+from .. import submission
 from ..feedback import catalog
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -175,8 +176,11 @@ def points_block(config, language):
 
 
 def limits_block(config, language):
+    """grading.yml's limits, and the loader's on a notebook's code (submission.py's, not the
+    instructor's to change, but numbers the statement must not repeat by hand)."""
     limits = config.limits
     values = {name: number(getattr(limits, name), language) for name in limits.__dataclass_fields__}
+    values.update(notebook_cell_kib=submission.MAX_CELL_CODE >> 10, notebook_code_mib=submission.MAX_NOTEBOOK_CODE >> 20)
     return wrap(catalog(language)["statement"]["limits"].strip().format(**values))
 
 
