@@ -30,8 +30,9 @@ UPSTREAM_CODES = {"shape_mismatch": "shapes", "missing_output": "shapes", "not_a
                   "output_nan_upstream": "causality",
                   "masked_rows_nan_upstream": "masked_zero", "masked_weight_not_zero_upstream": "masked_zero",
                   "masked_column_nan_upstream": "rows_sum_to_one", "rows_do_not_sum_to_one_upstream": "rows_sum_to_one",
+                  "weights_not_a_distribution_upstream": "rows_sum_to_one",
                   "rows_dropped_in_eval": "eval_deterministic", "eval_random_upstream": "eval_deterministic",
-                  "eval_output_changes": "eval_deterministic"}
+                  "eval_output_changes": "eval_deterministic", "residual_added_upstream": "reference_match"}
 
 
 def files(kinds=("buggy", "correct", "fakes")):

@@ -52,15 +52,16 @@ def test_a_wrong_scale_alone_is_measured(projections, scale, measured):
 
 
 def test_weights_of_other_scores_cannot_be_measured(projections):
-    """Right scale, wrong scores (Q from W_K, K·Qᵀ) or the softmax's other axis: no c fits."""
+    """Right scale, wrong scores (Q from W_K, K·Qᵀ): no c fits. The softmax's other axis leaves
+    rows that do not sum to 1: named as rows_sum_to_one's mistake, not as a fit."""
     _, q, k, d_k = projections
     scores = reference.unscaled_scores(q, k)
     c = 1 / np.sqrt(d_k)
     for weights in (softmax(c * reference.unscaled_scores(k, k)),
-                    softmax(c * reference.unscaled_scores(k, q)),
-                    softmax(c * scores, axis=-2)):
+                    softmax(c * reference.unscaled_scores(k, q))):
         code, params = failure_code(as_float32(weights), scores, d_k)
         assert code == "scale_unmeasurable" and params["residual"] > 0.1
+    assert failure_code(as_float32(softmax(c * scores, axis=-2)), scores, d_k)[0] == "weights_not_a_distribution_upstream"
 
 
 def test_heads_split_as_strided_columns_cannot_be_measured():
@@ -247,12 +248,14 @@ def test_a_call_is_described_as_plain_json_and_a_failure_carries_it():
 @pytest.mark.parametrize("weights", ["zeros", "nan", "one_hot"])
 def test_weights_with_nothing_to_fit_are_not_a_right_scale(projections, weights):
     """Zero, NaN or one-hot rows leave no two positive weights to compare: no softmax gives such
-    rows, so no scale is measured and none passes."""
+    rows, so no scale is measured and none passes. Rows of zeros or NaN do not even sum to 1:
+    rows_sum_to_one's mistake, named as such."""
     _, q, k, d_k = projections
     scores = reference.unscaled_scores(q, k)
     chosen = {"zeros": np.zeros(scores.shape), "nan": np.full(scores.shape, np.nan),
               "one_hot": (scores == scores.max(-1, keepdims=True)).astype(np.float64)}[weights]
-    assert failure_code(as_float32(chosen), scores, d_k)[0] == "scale_unmeasurable"
+    expected = "scale_unmeasurable" if weights == "one_hot" else "weights_not_a_distribution_upstream"
+    assert failure_code(as_float32(chosen), scores, d_k)[0] == expected
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -919,6 +919,58 @@ def test_queries_in_chunks_with_the_first_mask_rows_are_wrong_past_one_chunk():
         assert ((csa(x) - causal(csa, x)).abs().max() > 1e-6) == wrong, length
 
 
+def test_queries_in_chunks_of_256_with_the_first_mask_rows_are_wrong_past_256_positions():
+    sa = load("sa_query_chunks_of_256_first_mask_rows").SelfAttention(4, 3)
+    for length, wrong in ((256, False), (257, True)):
+        x, mask = torch.randn(1, length, 4), (torch.rand(1, length, length) < 0.7).double()
+        mask[..., 0] = 1  # every row keeps a position open
+        expected = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[0]
+        assert ((sa(x, mask)[0] - expected).abs().max() > 1e-6) == wrong, length
+
+
+def test_a_first_key_left_open_gets_weight_where_the_mask_closes_it():
+    sa = load("sa_first_key_never_masked").SelfAttention(4, 3)
+    x, mask = torch.randn(1, 3, 4), torch.tensor([[[0, 1, 1], [1, 1, 0], [0, 0, 1]]])
+    weights = sa(x, mask)[1]
+    assert weights[0, 0, 0] > 0.01 and weights[0, 2, 0] > 0.01  # closed there, yet weighted
+    expected = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), mask)[0]
+    assert (sa(x, mask)[0] - expected).abs().max() > 1e-3
+
+
+def test_a_keyword_only_mask_refuses_the_statements_positional_call():
+    mha = load("mha_mask_keyword_only").MultiHeadAttention(4, 2, dropout=0.0).eval()
+    mask = torch.ones(2, 3, 5)
+    assert torch.allclose(mha(QUERY, KEY, KEY, mask=mask)[0], multi_head(mha, QUERY, KEY, KEY, mask)[0])
+    with pytest.raises(TypeError):
+        mha(QUERY, KEY, KEY, mask)  # forward(self, query, key, value, mask=None) takes it by position
+
+
+@pytest.mark.parametrize("name", ["mha_dropout_exact_fraction", "mha_dropout_whole_percent"])
+def test_a_dropout_that_rounds_p_or_drops_a_fixed_count_never_drops_at_a_small_rate(name):
+    """nn.Dropout(0.004) zeroes each of 240 weights with probability 0.004 (about one call in
+    four zeroes some); these zero none in any call."""
+    mha = load(name).MultiHeadAttention(8, 2, dropout=0.004).train()
+    query, key = torch.randn(1, 12, 8), torch.randn(1, 10, 8)
+    assert all((mha(query, key, key)[1] == 0).sum() == 0 for _ in range(200))
+    reference = nn.Dropout(0.004)
+    assert sum(int((reference(torch.ones(240)) == 0).sum()) for _ in range(200)) > 100  # ~192
+
+
+def test_a_dropout_rounding_p_to_whole_percentages_drops_less_than_p():
+    mha = load("mha_dropout_whole_percent").MultiHeadAttention(8, 2, dropout=0.125).train()
+    torch.manual_seed(3)
+    rate = float(sum((mha(torch.randn(64, 40, 8), torch.randn(64, 40, 8), torch.randn(64, 40, 8))[1] == 0).float().mean()
+                     for _ in range(5)) / 5)
+    assert abs(rate - 0.12) < 0.002  # 1e6 weights: 0.125 lies 15 standard deviations away
+
+
+def test_a_residual_added_inside_the_attention_is_the_reference_plus_x():
+    module = load("causal_residual_added_inside")
+    csa = module.CausalSelfAttention(config(module)).eval()
+    x = torch.randn(2, 5, 8)
+    assert torch.allclose(csa(x), causal(csa, x) + x) and (csa(x) - causal(csa, x)).abs().max() > 0.1
+
+
 def test_a_fused_path_clipping_q_and_k_is_right_at_magnitude_1_and_wrong_at_30():
     csa = load("causal_fused_clamped_qk")
     csa = csa.CausalSelfAttention(config(csa)).eval()

@@ -84,8 +84,8 @@ def test_masked_weights_are_left_out_of_the_fit(case):
     q, k, d_k, rng = case
     scores = reference.unscaled_scores(q, k)
     mask = (rng.random(scores.shape) < 0.6).astype(np.float64)
-    mask[..., 0] = 1.0  # the fit compares each row with its first key, as the suite's masks allow
-    mask[..., 1] = 1.0  # and at least one other key per row
+    two = rng.permuted(np.tile(np.arange(scores.shape[-1]), scores.shape[:-1] + (1,)), axis=-1)[..., :2]
+    np.put_along_axis(mask, two, 1.0, axis=-1)  # two open keys per row at least, anywhere (the first one too)
     c = 1 / math.sqrt(d_k)
     measured, _ = checks.fitted_scale(module_weights(scores, c, mask), scores)
     assert measured == pytest.approx(c, rel=1e-4)
@@ -103,8 +103,7 @@ def test_each_head_is_measured_against_its_own_d_k():
 
 
 @EXAMPLES
-@given(case=projections(), wrong=st.sampled_from(("keys_as_queries", "transposed", "softmax_over_queries",
-                                                   "random_weights", "noisy_scores")))
+@given(case=projections(), wrong=st.sampled_from(("keys_as_queries", "transposed", "random_weights", "noisy_scores")))
 def test_weights_that_are_no_scaled_softmax_of_q_k_are_unmeasurable(case, wrong):
     q, k, d_k, rng = case
     c = 1 / math.sqrt(d_k)
@@ -113,8 +112,6 @@ def test_weights_that_are_no_scaled_softmax_of_q_k_are_unmeasurable(case, wrong)
         weights = module_weights(reference.unscaled_scores(k, k), c)
     elif wrong == "transposed":  # K·Qᵀ
         weights = module_weights(np.swapaxes(scores, -1, -2), c)
-    elif wrong == "softmax_over_queries":
-        weights = module_weights(scores, c, dim=-2)
     elif wrong == "random_weights":
         weights = rng.dirichlet(np.ones(scores.shape[-1]), size=scores.shape[:-1])
     else:  # the right scores plus as much again of something else
@@ -125,16 +122,34 @@ def test_weights_that_are_no_scaled_softmax_of_q_k_are_unmeasurable(case, wrong)
 
 
 def test_the_wrong_weights_above_are_unmeasurable_on_a_fixed_case():
-    """The same five mistakes on one case where none of them is a scaled softmax by accident."""
+    """The same four mistakes on one case where none of them is a scaled softmax by accident."""
     rng = np.random.default_rng(8)
     q, k = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4))
     scores = reference.unscaled_scores(q, k)
     wrong = [module_weights(reference.unscaled_scores(k, k), 0.5), module_weights(np.swapaxes(scores, -1, -2), 0.5),
-             module_weights(scores, 0.5, dim=-2), rng.dirichlet(np.ones(5), size=(2, 5)),
-             module_weights(scores + rng.standard_normal(scores.shape), 0.5)]
+             rng.dirichlet(np.ones(5), size=(2, 5)), module_weights(scores + rng.standard_normal(scores.shape), 0.5)]
     for weights in wrong:
         code, params = verdict(weights, scores, 4)
         assert code == "scale_unmeasurable" and params["residual"] > 0.05, (code, params)
+
+
+@EXAMPLES
+@given(case=projections(), wrong=st.sampled_from(("softmax_over_queries", "output_in_their_place")))
+def test_weights_that_are_no_distribution_point_at_rows_sum_to_one(case, wrong):
+    """Rows that do not sum to 1 are no softmax over the keys at all: rows_sum_to_one's mistake
+    (softmax over dim=-2), or the output returned where the weights go (a (B, T, d_k) output
+    has the weights' shape when d_k = T), named as that test's, with the first such row."""
+    q, k, d_k, rng = case
+    scores = reference.unscaled_scores(q, k)
+    weights = module_weights(scores, 1 / math.sqrt(d_k), dim=-2 if wrong == "softmax_over_queries" else -1)
+    if wrong == "output_in_their_place":
+        weights = weights @ rng.standard_normal(weights.shape[:-2] + (weights.shape[-1], weights.shape[-1]))
+    code, params = verdict(weights, scores, d_k)
+    sums = weights.sum(axis=-1)
+    if np.all(np.abs(sums - 1) <= checks.ROW_SUM_ATOL):  # T = 1 after all, or a product that happens to sum to 1
+        return
+    assert code == "weights_not_a_distribution_upstream"
+    assert abs(sums[tuple(params["index"])] - 1) > checks.ROW_SUM_ATOL and params["got"] == sums[tuple(params["index"])]
 
 
 def test_nothing_to_measure_judges_nothing():

@@ -76,15 +76,23 @@ def rows_sum_to_one_in_eval(weights, expected, p=0.0, masked=False):
     if masked and nan_rows.any():
         raise PropertyFailure("masked_rows_nan_upstream", count=int(nan_rows.sum()),
                               index=[int(i) for i in np.argwhere(nan_rows)[0]])
-    sums = weights.sum(axis=-1)
-    off = ~(np.abs(sums - 1) <= ROW_SUM_ATOL)
-    if off.any():
+    off = first_row_off(weights)
+    if off is not None:
         factor = dropout_factor(weights, expected, p)
         if factor is not None:
-            index = tuple(int(i) for i in np.argwhere(off)[0])
-            raise PropertyFailure("rows_dropped_in_eval", index=list(index), got=float(sums[index]),
-                                  factor=round(factor, 4))
+            raise PropertyFailure("rows_dropped_in_eval", **off, factor=round(factor, 4))
     rows_sum_to_one(weights)
+
+
+def first_row_off(weights):
+    """{index, got}: the first row of the weights that does not sum to 1 (NaN included), and its
+    sum; None when every row does. For the failures that name that row."""
+    sums = weights.sum(axis=-1)
+    off = ~(np.abs(sums - 1) <= ROW_SUM_ATOL)
+    if not off.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(off)[0])
+    return {"index": list(index), "got": float(sums[index])}
 
 
 def masked_weights_zero(weights, mask, code="masked_weight_not_zero"):
@@ -104,12 +112,14 @@ SCORE_STEP = 1e-3
 
 
 def fitted_scale(weights, scores):
-    """Fit c in log w_ij - log w_i0 = c (s_ij - s_i0) over every row with usable weights: (c, the
-    fit's relative residual), or None with fewer than two usable differences. A residual far from
-    zero means the weights are softmax(c·scores) for no c at all, so c measures nothing."""
+    """Fit c in log w_ij - log w_im = c (s_ij - s_im) over every row with usable weights, m being
+    the row's largest weight (a position a mask leaves open): (c, the fit's relative residual), or
+    None with fewer than two usable differences. A residual far from zero means the weights are
+    softmax(c·scores) for no c at all, so c measures nothing."""
     log_w = np.log(np.where(weights > 1e-30, weights, np.nan))
-    dy = (log_w - log_w[..., :1]).ravel()
-    dx = (scores - scores[..., :1]).ravel()
+    top = np.nan_to_num(weights, nan=-np.inf).argmax(axis=-1)[..., None]
+    dy = (log_w - np.take_along_axis(log_w, top, -1)).ravel()
+    dx = (scores - np.take_along_axis(scores, top, -1)).ravel()
     usable = np.isfinite(dy) & (np.abs(dx) > SCORE_STEP)
     if usable.sum() < 2:
         return None
@@ -135,14 +145,26 @@ def scale_is(weights, scores, d_k, transposed=None):
     if fit is None:  # one key per row, or scores that do not differ: nothing to measure; but where
         # they differ, rows without two positive weights (zeros, NaN, one-hot) are no softmax at all
         differing = int((np.abs(scores - scores[..., :1]) > SCORE_STEP).sum())
-        require(differing < 2, "scale_unmeasurable", d_k=d_k, residual=None)
+        if differing >= 2:
+            unmeasurable(weights, d_k, None)
         return
     measured, residual = fit
     if residual > FIT_RESIDUAL:
-        not_reduced_precision(weights)
-    require(residual <= FIT_RESIDUAL, "scale_unmeasurable", d_k=d_k, residual=round(residual, 3))
+        unmeasurable(weights, d_k, round(residual, 3))
     require(abs(measured - expected) <= 1e-3 * expected, "wrong_scale",
             measured=round(measured, 5), expected=round(expected, 5), d_k=d_k)
+
+
+def unmeasurable(weights, d_k, residual):
+    """Why no scale fits the weights: they are in reduced precision, or no distribution at all (a
+    row that does not sum to 1: rows_sum_to_one's mistake, or the output returned in the weights'
+    place, named as that test's), or a distribution that is not softmax(c·QKᵀ) for the reference's
+    Q and K (the projections, the head split, the product's order)."""
+    not_reduced_precision(weights)
+    off = first_row_off(weights)
+    if off is not None:
+        raise PropertyFailure("weights_not_a_distribution_upstream", **off)
+    raise PropertyFailure("scale_unmeasurable", d_k=d_k, residual=residual)
 
 
 # The `attends` property: multiplying the keys (W_K's output) by SCALE_FACTOR multiplies every
@@ -719,11 +741,9 @@ def already_wrong_at_scale_1(small, masks, described):
     fail, naming the call that does."""
 
     def rows_sum_to_one_at_scale_1(weights):
-        sums = weights.sum(axis=-1)
-        off = ~(np.abs(sums - 1) <= ROW_SUM_ATOL)
-        if off.any():
-            index = tuple(int(i) for i in np.argwhere(off)[0])
-            raise PropertyFailure("rows_do_not_sum_to_one_upstream", index=list(index), got=float(sums[index]))
+        off = first_row_off(weights)
+        if off is not None:
+            raise PropertyFailure("rows_do_not_sum_to_one_upstream", **off)
 
     calling(described[0])
     rows_sum_to_one_at_scale_1(small[0][1])
@@ -734,6 +754,14 @@ def already_wrong_at_scale_1(small, masks, described):
         if wrong.any():
             raise PropertyFailure("masked_weight_not_zero_upstream", count=int(wrong.sum()))
         rows_sum_to_one_at_scale_1(weights)
+
+
+def drops_at_a_rare_rate(dropped, p, calls):
+    """dropped: the entries a correct dropout may zero (weights or outputs), of every one of
+    `calls` train-mode calls at rate p (strategies.RARE_P): at least one is exactly 0."""
+    count = sum(int(a.size) for a in dropped)
+    require(any(bool((a == 0).any()) for a in dropped), "dropout_never_at_rare_rate", p=p, calls=calls,
+            entries=count, expected=round(count * p))
 
 
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,
@@ -1246,23 +1274,24 @@ def matches_reference(actual, expected, bound, code, magnitude=1.0, tolerance=No
                               tolerance=float(f"{tolerance[index]:.3g}"), **params)
 
 
-# At a real model's width the worst-case rounding bound (reference.py: n·u on a sum of n products)
-# outgrows the outputs themselves (measured: ~0.5 on outputs of ~0.7 at n_embd = 768), while float32's actual
-# error there stays near 1e-5 of their size, whatever the order of summation: matches_when_wide
-# allows WIDE_RTOL of the outputs' root mean square plus of each entry.
-WIDE_RTOL = 1e-3
+# At a real model's width or length the worst-case rounding bound (reference.py: n·u on a sum of n
+# products) outgrows the outputs themselves (measured: ~0.5 on outputs of ~0.7 at n_embd = 768),
+# while float32's actual error there stays near 1e-5 of their size, whatever the order of summation:
+# matches_beyond_examples allows BEYOND_RTOL of the outputs' root mean square plus of each entry.
+BEYOND_RTOL = 1e-3
 
 
-def matches_when_wide(module, calls, shaped, expected, code, width):
-    """At a real model's width (strategies.WIDE_*, described by `width`), after every drawn example
-    matched at the strategies' small ones: each call's outputs (shaped(i, reply)) are the
-    reference's (expected(i): [(float64 reference, what it is)], unbounded: see WIDE_RTOL), else
-    `code`, a miss about width (a condition on d_model, d_k or the number of heads)."""
+def matches_beyond_examples(module, calls, shaped, expected, code, **said):
+    """At a real model's width or length (strategies.WIDE_*, LONGEST_*), after every drawn example
+    matched at the strategies' small sizes: each call's outputs (shaped(i, reply)) are the
+    reference's (expected(i): [(float64 reference, what it is)], unbounded: see BEYOND_RTOL), else
+    `code` with `said`, a miss about that size (a condition on d_model, d_k or the number of
+    heads; blocks or chunks of a fixed length)."""
     for i, reply in enumerate(module.runs(*calls)):
         calling(reply.call)
         for actual, (want, what) in zip(shaped(i, reply), expected(i)):
-            tolerance = WIDE_RTOL * (np.sqrt(np.mean(want ** 2)) + np.abs(want))
-            matches_reference(actual, want, None, code, tolerance=tolerance, what=what, width=width)
+            tolerance = BEYOND_RTOL * (np.sqrt(np.mean(want ** 2)) + np.abs(want))
+            matches_reference(actual, want, None, code, tolerance=tolerance, what=what, **said)
 
 
 def inputs_unchanged(reply, names):
@@ -1506,7 +1535,9 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
         if masks[index] is None:
             raise error
         # Made first, so that its example names the call that raised.
-        failure = call_failure(error, "mask_not_accepted", shape=list(masks[index].shape), dtype=masks[index].dtype.name)
+        by_name = "mask" in calls[index][1]  # or by position, as forward's signature allows
+        failure = call_failure(error, "mask_not_accepted" if by_name else "mask_not_accepted_by_position",
+                               shape=list(masks[index].shape), dtype=masks[index].dtype.name)
         failure = raised_after_earlier_calls(module, calls, index, error) or failure
         if index > 0 and masks[0] is None:  # outputs of the wrong shape without a mask: no mask could fit them
             args, options = calls[0]
@@ -1536,7 +1567,7 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
         nonzero = leaked[np.isfinite(leaked) & (leaked != 0)]
         require(not nonzero.size, "masked_weight_not_zero_mask", **described[i],
                 max_weight=float(nonzero.max()) if nonzero.size else 0.0, count=int(nonzero.size))
-        # Rows of NaN where the mask leaves positions open (column 0 always): positions it allows are closed.
+        # Rows of NaN where the mask leaves positions open (one in every row): positions it allows are closed.
         nan_rows = ~np.isfinite(weights).all(axis=-1)
         require(not nan_rows.any(), "masked_row_not_finite", **described[i], count=int(nan_rows.sum()))
     for i in range(min(2, len(calls))):

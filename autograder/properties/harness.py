@@ -273,7 +273,8 @@ class Remote:
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
-          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, **kwargs):
+          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, values_of=None,
+          **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -287,7 +288,8 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     parameters.direction(seed), then put back; backward_from (with grad): the output backward runs
     from (1: the weights a forward returns); moved_for_good (with a device): the module itself
     moves there for good, not a copy; inference (without grad): the call runs under
-    torch.inference_mode()."""
+    torch.inference_mode(); values_of: only the first values_of outputs come back with their
+    values, the others as their shapes (a long sequence's weights outgrow the wire's frames)."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
@@ -295,7 +297,8 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
             "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
-            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference}
+            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference,
+            "values_of": values_of}
 
 
 # Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).
@@ -304,7 +307,7 @@ ARGUMENT_NAMES = {
     ("MultiHeadAttention", "split_heads"): ("x", "batch_size"),
 }
 # Switches of a call that are the grader's instruments, not something the submission was asked.
-INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled")
+INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled", "values_of")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
 # Switches whose value only the grader reads: the example says that they were set, not to what.
@@ -434,17 +437,28 @@ def long_time(rng):
 
 
 def random_mask(rng, *shape, dtype="float32"):
-    """A 0/1 mask (of one of MASK_DTYPES) with column 0 always open, so that no row is fully masked."""
-    mask = rng.random(shape) < 0.6
-    mask[..., 0] = True
+    """A 0/1 mask (of one of MASK_DTYPES) that leaves every row one position open at least (the one
+    of its smallest draw: any column, the first one closed as often as the others), so that no row
+    is fully masked."""
+    draws = rng.random(shape)
+    mask = draws < 0.6
+    np.put_along_axis(mask, draws.argmin(axis=-1)[..., None], True, axis=-1)
     return mask.astype(dtype)
 
 
+def closing_one(mask):
+    """mask with one closed position at least (row 0's last; its first opened instead, two keys at
+    least): a call this short still tries the mask, and no row is fully masked."""
+    mask[0, 0, -1], mask[0, 0, 0] = 0, 1
+    return mask
+
+
 def other_mask(mask):
-    """A second mask of mask's shape and dtype that differs from it wherever it can: the
-    complement beyond column 0, which stays open."""
-    other = mask.copy()
-    other[..., 1:] = 1 - other[..., 1:]
+    """A second mask of mask's shape and dtype that differs from it wherever it can: its
+    complement, but for each row's first open position, which stays open in both (no row is
+    fully masked)."""
+    other = 1 - mask
+    np.put_along_axis(other, (mask != 0).argmax(axis=-1)[..., None], 1, axis=-1)
     return other
 
 

@@ -89,6 +89,30 @@ WIDE_SELF_ATTENTION = {"B": 2, "T": 5, "d_model": 512, "d_k": 64, "seed": 5}
 WIDE_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 8, "d_model": 512, "seed": 5}
 WIDE_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 8, "n_embd": 512, "seed": 5}
 
+# A sequence longer than any other call's (harness.LONG_TIMES stops at 112) and than 256, the
+# largest block a student who computes attention in chunks of queries or keys is likely to pick:
+# reference_match and fused_equivalence run once more on it (harness.also_at), comparing the
+# output alone (the weights, (h, T, T), would outgrow the wire's frames). A chunk of 128 or 256
+# that reuses its first mask rows is right on every shorter call. The statement names this length.
+LONGEST_SELF_ATTENTION = {"B": 1, "T": 300, "d_model": 16, "d_k": 8, "seed": 6}
+LONGEST_MULTI_HEAD = {"B": 1, "Tq": 300, "Tk": 290, "h": 4, "d_model": 32, "seed": 6}
+LONGEST_CAUSAL = {"B": 1, "T": 300, "block_size": 300, "n_head": 4, "n_embd": 32, "seed": 6}
+
+
+# train_dropout once more at a rate no strategy draws (harness.also_at): RARE_P, not a whole
+# percentage, over RARE_CALLS calls of fewer than 1/RARE_P dropped entries each (weights in
+# MultiHeadAttention, output entries in CausalSelfAttention, whose resid_drop zeroes them). A
+# dropout that rounds p (to whole percentages: 0) or zeroes floor(p·N) entries of each call never
+# zeroes one; nn.Dropout zeroes none of the 7,200 with probability (1 - p)^7200 < 1e-12.
+RARE_P, RARE_CALLS = 0.004, 30
+RARE_MULTI_HEAD = {"B": 1, "Tq": 12, "Tk": 10, "h": 2, "d_model": 8, "seed": 8}  # 240 weights a call
+RARE_CAUSAL = {"B": 1, "T": 10, "block_size": 10, "n_head": 2, "n_embd": 24, "seed": 8}  # 240 outputs a call
+
+
+def rare_seeds():
+    """The RARE_CALLS calls' seeds, 15 to an exchange (worker.client.MAX_REQUESTS bounds one)."""
+    return [range(start, min(start + 15, RARE_CALLS)) for start in range(0, RARE_CALLS, 15)]
+
 
 def rng_for(dims):
     """The rng of an example's inputs."""

@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, rare_seeds, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -174,21 +174,24 @@ def test_causality(worker, dims, data):
                      T=LONG_CAUSALITY)
 
 
-def wide_reference(worker, dims, fused=False):
-    """reference_match (fused_equivalence with fused) at a real model's width and head count: one
-    input, on the explicit path (or the fused one)."""
+def reference_beyond_examples(worker, dims, size, fused=False):
+    """reference_match (fused_equivalence with fused) at a real model's width and head count
+    (size "wide") or on the longest sequence (size "longest"): one input, on the explicit path
+    (or the fused one)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     x = inputs(rng, dims)
-    checks.matches_when_wide(
+    said = ({"width": f"n_embd = {dims['n_embd']}, n_head = {dims['n_head']}"} if size == "wide"
+            else {"positions": dims["T"]})
+    checks.matches_beyond_examples(
         module, [((x,), {"fused": fused})], lambda i, reply: [output(reply, dims)],
         lambda i: [(expected(module.params, dims, x), "output")],
-        "fused_mismatch_wide" if fused else "reference_mismatch_wide",
-        f"n_embd = {dims['n_embd']}, n_head = {dims['n_head']}")
+        f"{'fused' if fused else 'reference'}_mismatch_{size}", **said)
 
 
 @graded(CLS, "reference_match")
-@also_at(wide_reference, dims=WIDE_CAUSAL)
+@also_at(reference_beyond_examples, dims=LONGEST_CAUSAL, size="longest")  # after the wide one
+@also_at(reference_beyond_examples, dims=WIDE_CAUSAL, size="wide")
 @given(dims=causal_dims(min_block=LONG_TIMES[0], max_block=LONG_TIMES[1]), short=st.integers(2, 7),
        scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, short, scales):
@@ -286,7 +289,19 @@ def test_eval_deterministic(worker, dims, seed):
                                lambda i, reply: [output(reply, dims)])
 
 
+def rare_dropout(worker, dims):
+    """train_dropout at a rate no strategy draws (strategies.RARE_P), the outputs of RARE_CALLS
+    calls on each path: resid_drop's zeros."""
+    module, rng = loaded(worker, dims, dropout=RARE_P)
+    x = inputs(rng, dims)
+    for fused in (False, True):
+        replies = [reply for seeds in rare_seeds()
+                   for reply in module.runs(*(((x,), {"fused": fused, "train": True, "seed": s}) for s in seeds))]
+        checks.drops_at_a_rare_rate([output(reply, dims) for reply in replies], RARE_P, RARE_CALLS)
+
+
 @graded(CLS, "train_dropout")
+@also_at(rare_dropout, dims=RARE_CAUSAL)
 @given(dims=causal_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):
     # A batch large enough for checks.DROPOUT_DRAWS output entries (B·T·C) and B·h >= 128
@@ -329,7 +344,11 @@ def test_train_dropout(worker, dims, seed, p):
             # A bug outside dropout (reference_match's, fused_equivalence's, NaN rows from a mask read
             # the other way or a future seen in train mode: causality's): judge only what does not
             # depend on it, resid_drop's zeros. That bug may be a proj.bias the module has but does
-            # not add, which gives the zeros of a proj without bias: either count will do.
+            # not add, which gives the zeros of a proj without bias: either count will do. Unless
+            # the bug is x added to the output (the transformer block's residual, written inside
+            # the attention): that hides every zero.
+            require(not np.allclose(output(evaluated, dims) - x, reference_output, atol=1e-5, rtol=1e-4),
+                    "residual_added_upstream", path=path)
             biased = "proj.bias" in module.params
             try:
                 checks.resid_dropout_zeros(trained, p, dims["n_head"], biased, path)
@@ -609,7 +628,8 @@ def test_large_inputs(worker, dims, fused):
 
 
 @graded(CLS, "fused_equivalence")
-@also_at(wide_reference, dims=WIDE_CAUSAL, fused=True)
+@also_at(reference_beyond_examples, dims=LONGEST_CAUSAL, size="longest", fused=True)  # after the wide one
+@also_at(reference_beyond_examples, dims=WIDE_CAUSAL, size="wide", fused=True)
 @given(dims=causal_dims())
 def test_fused_equivalence(worker, dims):
     """The fused path gives the reference's output: on the example's input, then (once that

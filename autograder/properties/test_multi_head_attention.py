@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, rare_seeds, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -33,9 +33,11 @@ def loaded(worker, dims, dropout=0.0):
 
 
 def outputs(reply, dims):
-    B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]
-    return (reply.output(0, (B, Tq, dims["d_model"]), "output"),
-            reply.output(1, (B, dims["h"], Tq, Tk), "weights"))
+    return outputs_first(reply, dims), reply.output(1, (dims["B"], dims["h"], dims["Tq"], dims["Tk"]), "weights")
+
+
+def outputs_first(reply, dims):
+    return reply.output(0, (dims["B"], dims["Tq"], dims["d_model"]), "output")
 
 
 def cross_inputs(rng, dims, scale=1.0):
@@ -60,7 +62,7 @@ def mask_shapes(dims):
 
 
 # What the worker calls the inputs (positional by index) -> the statement's names.
-INPUT_NAMES = {"0": "query", "1": "key", "2": "value", "mask": "mask"}
+INPUT_NAMES = {"0": "query", "1": "key", "2": "value", "3": "mask", "mask": "mask"}
 
 
 @graded(CLS, "shapes")
@@ -177,16 +179,17 @@ def test_masked_zero(worker, dims, turn):
     """Every mask the statement allows, on one module in eval with dropout > 0: no mask,
     reference_match's float32 (B, Tq, Tk), then each shape of mask_shapes as bool, long or float32 in turn
     (every pairing of shape and dtype over the examples: harness.masks_in_turn), then another mask
-    of that form."""
+    of that form, passed by position."""
     module, rng = loaded(worker, dims, dropout=0.3)
     first = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     args = cross_inputs(rng, dims)
-    calls, masks = square_batch_then_no_mask(rng, [(args, {"mask": mask}) for mask in masks], masks,
-                                             cross_inputs(rng, {**dims, "B": dims["Tq"]}), (dims["Tq"], dims["Tk"]), turn)
+    # the last mask passed by position, as forward(query, key, value, mask) allows
+    calls, masks = square_batch_then_no_mask(rng, [*((args, {"mask": mask}) for mask in masks[:-1]), ((*args, masks[-1]), {})],
+                                             masks, cross_inputs(rng, {**dims, "B": dims["Tq"]}), (dims["Tq"], dims["Tk"]), turn)
 
     def expected(i):
-        given, _ = calls[i]
+        given = calls[i][0][:3]
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
             module.params, dims["h"], *(t.astype(np.float64) for t in given), masks[i])
         return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
@@ -224,8 +227,7 @@ def wide_reference_match(worker, dims):
     mask, then self-attention (one tensor as query, key and value)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
-    mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
-    mask[0, 0, -1] = 0
+    mask = closing_one(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"]))
     args = cross_inputs(rng, dims)
     x = cross_inputs(rng, {**dims, "Tk": dims["Tq"]})[0]
     calls = [(args, {}), (args, {"mask": mask}), ((), {"query": x, "key": x, "value": x})]
@@ -235,11 +237,25 @@ def wide_reference_match(worker, dims):
         return zip(reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in given),
                                                   calls[i][1].get("mask")), ("output", "weights"))
 
-    checks.matches_when_wide(module, calls, lambda i, reply: outputs(reply, {**dims, "Tk": dims["Tq"]} if i == 2 else dims),
-                             expected, "reference_mismatch_wide", f"d_model = {dims['d_model']}, num_heads = {dims['h']}")
+    checks.matches_beyond_examples(module, calls, lambda i, reply: outputs(reply, {**dims, "Tk": dims["Tq"]} if i == 2 else dims),
+                                   expected, "reference_mismatch_wide",
+                                   width=f"d_model = {dims['d_model']}, num_heads = {dims['h']}")
+
+
+def longest_reference_match(worker, dims):
+    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a
+    mask: the output alone."""
+    module, rng = loaded(worker, dims, dropout=0.2)
+    example(**dims, dropout=0.2)
+    args, mask = cross_inputs(rng, dims), random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
+    want = reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)[0]
+    checks.matches_beyond_examples(
+        module, [(args, {"mask": mask, "values_of": 1})], lambda i, reply: [outputs_first(reply, dims)],
+        lambda i: [(want, "output")], "reference_mismatch_longest", positions=dims["Tk"])
 
 
 @graded(CLS, "reference_match")
+@also_at(longest_reference_match, dims=LONGEST_MULTI_HEAD)  # after the wide one (decorators apply upwards)
 @also_at(wide_reference_match, dims=WIDE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
@@ -253,8 +269,7 @@ def test_reference_match(worker, dims, scales):
     weights (with one key, every row is [1]), and a miss first seen in the long call is about length."""
     module, rng = loaded(worker, dims, dropout=0.2)
     first, second, third = scales
-    mask = random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
-    mask[0, 0, -1] = 0  # one closed position at least: the short calls try the mask too
+    mask = closing_one(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"]))  # the short calls try the mask too
     # in_place: the inputs written into the tensors of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {"in_place": True}),
@@ -333,7 +348,16 @@ def test_eval_deterministic(worker, dims, seed):
                            lambda i, reply: outputs(reply, dims))
 
 
+def rare_dropout(worker, dims):
+    """train_dropout at a rate no strategy draws (strategies.RARE_P), the weights of RARE_CALLS calls."""
+    module, rng = loaded(worker, dims, dropout=RARE_P)
+    args = cross_inputs(rng, dims)
+    replies = [reply for seeds in rare_seeds() for reply in module.runs(*((args, {"train": True, "seed": s}) for s in seeds))]
+    checks.drops_at_a_rare_rate([outputs(reply, dims)[1] for reply in replies], RARE_P, RARE_CALLS)
+
+
 @graded(CLS, "train_dropout")
+@also_at(rare_dropout, dims=RARE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):
     # A batch large enough for checks.DROPOUT_DRAWS weights: see checks.dropout_rate.

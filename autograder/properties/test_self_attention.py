@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, gaussian, gradient_batch, graded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
-from .strategies import WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import LONGEST_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
@@ -62,8 +62,11 @@ def d_k_of(dims):
 
 
 def outputs(reply, dims):
-    B, T = dims["B"], dims["T"]
-    return reply.output(0, (B, T, d_k_of(dims)), "output"), reply.output(1, (B, T, T), "weights")
+    return outputs_first(reply, dims), reply.output(1, (dims["B"], dims["T"], dims["T"]), "weights")
+
+
+def outputs_first(reply, dims):
+    return reply.output(0, (dims["B"], dims["T"], d_k_of(dims)), "output")
 
 
 def inputs(rng, dims, scale=1.0):
@@ -71,7 +74,7 @@ def inputs(rng, dims, scale=1.0):
 
 
 # What the worker calls the inputs (positional by index) -> the statement's names.
-INPUT_NAMES = {"0": "x", "mask": "mask"}
+INPUT_NAMES = {"0": "x", "1": "mask", "mask": "mask"}
 
 
 def mask_shapes(dims):
@@ -126,17 +129,19 @@ def test_rows_sum_to_one(worker, dims):
 def test_masked_zero(worker, dims, turn):
     """Every mask the statement allows, on one module: no mask, reference_match's float32 (B, T, T),
     then each shape of mask_shapes as bool, long or float32 in turn (every pairing of shape and
-    dtype over the examples: harness.masks_in_turn), then another mask of that form."""
+    dtype over the examples: harness.masks_in_turn), then another mask of that form, passed by
+    position."""
     module, rng = loaded(worker, dims)
     T = dims["T"]
     first = random_mask(rng, dims["B"], T, T)
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     x = inputs(rng, dims)
-    calls, masks = square_batch_then_no_mask(rng, [((x,), {"mask": mask}) for mask in masks], masks,
-                                             (inputs(rng, {**dims, "B": T}),), (T, T), turn)
+    # the last mask passed by position, as forward(x, mask) allows
+    calls, masks = square_batch_then_no_mask(rng, [*(((x,), {"mask": mask}) for mask in masks[:-1]), ((x, masks[-1]), {})],
+                                             masks, (inputs(rng, {**dims, "B": T}),), (T, T), turn)
 
     def expected(i):
-        (given,), _ = calls[i]
+        given = calls[i][0][0]
         out, weights, e_out, e_weights = reference.self_attention_bounded(module.params, given.astype(np.float64), masks[i])
         return [(out, e_out, 1.0, "output"), (weights, e_weights, 1.0, "weights")]
 
@@ -167,18 +172,29 @@ def wide_reference_match(worker, dims):
     module, rng = loaded(worker, dims)
     example(**dims)
     x = inputs(rng, dims)
-    mask = random_mask(rng, dims["B"], dims["T"], dims["T"])
-    mask[0, 0, -1] = 0
+    mask = closing_one(random_mask(rng, dims["B"], dims["T"], dims["T"]))
 
     def expected(i):
         return zip(reference.self_attention(module.params, x.astype(np.float64), None if i == 0 else mask),
                    ("output", "weights"))
 
-    checks.matches_when_wide(module, [((x,), {}), ((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
-                             expected, "reference_mismatch_wide", f"d_model = {dims['d_model']}, d_k = {dims['d_k']}")
+    checks.matches_beyond_examples(module, [((x,), {}), ((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
+                                   expected, "reference_mismatch_wide", width=f"d_model = {dims['d_model']}, d_k = {dims['d_k']}")
+
+
+def longest_reference_match(worker, dims):
+    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask: the output alone."""
+    module, rng = loaded(worker, dims)
+    example(**dims)
+    x, mask = inputs(rng, dims), random_mask(rng, dims["B"], dims["T"], dims["T"])
+    checks.matches_beyond_examples(
+        module, [((x,), {"mask": mask, "values_of": 1})], lambda i, reply: [outputs_first(reply, dims)],
+        lambda i: [(reference.self_attention(module.params, x.astype(np.float64), mask)[0], "output")],
+        "reference_mismatch_longest", positions=dims["T"])
 
 
 @graded(CLS, "reference_match")
+@also_at(longest_reference_match, dims=LONGEST_SELF_ATTENTION)  # after the wide one (decorators apply upwards)
 @also_at(wide_reference_match, dims=WIDE_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
@@ -196,8 +212,7 @@ def test_reference_match(worker, dims, scales):
     B, T = dims["B"], dims["T"]
     first, second, third = scales
     xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
-    mask = random_mask(rng, B, T, T)
-    mask[0, 0, -1] = 0  # one closed position at least: the short calls try the mask too
+    mask = closing_one(random_mask(rng, B, T, T))  # the short calls try the mask too
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
     long_dims = {**dims, "B": 1, "T": long_time(rng)}  # B=1: weights under wire's frame cap
     example(**dims, scales=list(scales), T2=long_dims["T"])

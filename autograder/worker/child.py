@@ -373,7 +373,8 @@ class Worker:
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False):
+                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False,
+                values_of=None):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -396,7 +397,8 @@ class Worker:
         On another device than the CPU, the call runs on a copy moved there; moved_for_good: on the
         module itself, moved with .to(device) and left there, as a user moves a model they tried
         (what is keyed by the module's identity, an lru_cache on a method, stays valid).
-        inference (without grad): under torch.inference_mode(), as a validation pass runs."""
+        inference (without grad): under torch.inference_mode(), as a validation pass runs.
+        values_of: the outputs past the first values_of are sent as their shapes alone."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -405,7 +407,7 @@ class Worker:
             with self._perturbed(module, perturb, self.layers[handle]):
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
-                                    inference)
+                                    inference, values_of)
         if device != "cpu":
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
         params, _, _, submodules, _ = members(module, self.layers[handle])
@@ -450,7 +452,8 @@ class Worker:
             with torch._C.DisableTorchFunctionSubclass():
                 if torch.Tensor.is_complex(value):  # its real part alone would pass for the output
                     raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
-        returned = [self._to_numpy(v) for v in outputs]
+        returned = [self._to_numpy(v) if values_of is None or i < values_of else {"meta_shape": list(v.shape)}
+                    for i, v in enumerate(outputs)]
         reply = {"outputs": returned, "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)),

@@ -35,7 +35,7 @@ class WorkerSetupError(MachineError):
     """The worker could not be started at all: a problem of the grading machine, not the student."""
 
 
-# The requests one exchange may send (the suite sends at most 11, grading the corpus), and what
+# The requests one exchange may send (the suite sends at most 15: train_dropout's rare rate), and what
 # their replies can hold unread: one frame of the largest size each.
 MAX_REQUESTS = 16
 MAX_INBOX_BYTES = MAX_REQUESTS * (wire.PREFIX_SIZE + wire.MAX_FRAME_BYTES)

@@ -18,7 +18,7 @@ which would be reported as the grading machine's fault.
   describe  {"buffers": {name: {"shape": shape, "dtype": str, "persistent": bool,
              "values": array | None}}, "state_dict": [str], "linear_bias": {name: bool},
              "dropout_p": {name: float} (each nn.Dropout layer's p)}
-  call      {"outputs": [array | {"meta_shape": shape}], "traced": {name: int} (calls of the
+  call      {"outputs": [array | {"meta_shape": shape} (on the meta device, or past values_of)], "traced": {name: int} (calls of the
              torch.nn.functional functions the request named in `trace`),
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
