@@ -971,6 +971,37 @@ def test_a_residual_added_inside_the_attention_is_the_reference_plus_x():
     assert torch.allclose(csa(x), causal(csa, x) + x) and (csa(x) - causal(csa, x)).abs().max() > 0.1
 
 
+def test_a_chunked_long_path_without_attn_drop_is_right_in_eval_and_never_drops_attention():
+    module = load("causal_chunked_long_path_without_attn_drop")
+    csa = module.CausalSelfAttention(config(module, block_size=300, dropout=0.5))
+    csa.resid_drop.p = 0.0
+    x = torch.randn(1, 300, 8)
+    assert torch.allclose(csa.eval()(x), causal(csa, x))
+    csa.train()
+    assert torch.allclose(csa(x), causal(csa, x) * 1.0)  # attn_drop at p = 0.5 leaves every weight
+
+
+def test_an_attention_dropout_with_p_rounded_never_drops_at_p_0_004():
+    module = load("causal_attn_drop_p_rounded")
+    csa = module.CausalSelfAttention(config(module, block_size=16, dropout=0.004))
+    csa.resid_drop.p = 0.0
+    x = torch.randn(1, 16, 8)
+    expected = causal(csa.eval(), x)
+    csa.train()
+    for fused in (False, True):  # no weight dropped: the train output is eval's (nn.Dropout would also rescale)
+        assert all(torch.allclose(csa(x, fused=fused), expected) for _ in range(100))
+
+
+def test_grad_mode_turned_on_in_forward_stays_on_for_the_caller():
+    sa = load("sa_grad_mode_turned_on_in_forward").SelfAttention(4, 3)
+    try:
+        with torch.no_grad():
+            out, _ = sa(torch.randn(2, 3, 4))
+            assert torch.is_grad_enabled() and out.requires_grad  # a no_grad block that no longer is one
+    finally:
+        torch.set_grad_enabled(True)
+
+
 def test_a_fused_path_clipping_q_and_k_is_right_at_magnitude_1_and_wrong_at_30():
     csa = load("causal_fused_clamped_qk")
     csa = csa.CausalSelfAttention(config(csa)).eval()

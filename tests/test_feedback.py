@@ -143,6 +143,15 @@ def test_an_import_error_of_a_notebook_names_its_cell_once(tmp_path, monkeypatch
     assert not any("einops" in test["output"] for test in data["tests"])
 
 
+def test_a_module_of_the_submission_or_not_installed_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """A .py importing `utils` (its zip's helper, which is not run, or a package the grader lacks)."""
+    params = {"kind": "import_error", "message": "No module named 'utils'", "exc_type": "ModuleNotFoundError",
+              "line": 2, "cls": None, "op": "import", "limit": None}
+    data = written(tmp_path, everywhere("submission.import_error", params), monkeypatch)
+    assert data["output"].startswith("Tu archivo importa el módulo utils (línea 2), que el corrector no tiene")
+    assert "copia en ese archivo lo que usas de él" in data["output"]
+
+
 def test_an_unreadable_submission_is_said_once(tmp_path):
     """A file that does not exist: grade() loads nothing, starts no worker, and says why at the top."""
     grade.grade(tmp_path / "nada.py", CONFIG["es"], out_dir=tmp_path / "out")

@@ -428,8 +428,11 @@ def _template(outcome, failures):
         template = failures.get(f"{code}.in_cell")
         if template:
             return _fitted(_in_function(template, params, failures), params), params
-    params = {"cls": outcome.cls, **outcome.params}
-    return _fitted(_in_function(failures.get(outcome.code, outcome.code or ""), params, failures), params), params
+    params, code = {"cls": outcome.cls, **outcome.params}, outcome.code
+    missing = _NO_MODULE.search(params["message"]) if isinstance(params.get("message"), str) else None
+    if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
+        code, params["module"] = "submission.missing_module", missing.group(1)
+    return _fitted(_in_function(failures.get(code, code or ""), params, failures), params), params
 
 
 def _in_function(template, params, failures):

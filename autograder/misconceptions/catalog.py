@@ -76,6 +76,7 @@ MHA_WEIGHTS = "weights = self.dropout(torch.softmax(scores, dim=-1))"
 CSA_SCORES = "q @ k.transpose(-2, -1) / math.sqrt(hs)"
 CSA_MASK = 'att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))'
 CSA_TRIL = "torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))"
+NO_CAUSAL_MASK = 1 << 20  # a tril diagonal past any block_size: every position open (model.causal_self_attention)
 CSA_DROP = "att = self.attn_drop(F.softmax(att, dim=-1))"
 CSA_SDPA = "F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)"
 CSA_P = "p = self.attn_drop.p if self.training else 0.0"
@@ -372,6 +373,12 @@ CATALOG = (
           ("mask_buffer", "causality", "reference_match", "fused_equivalence", "large_inputs", "train_dropout"),
           [R(CSA, "__init__", CSA_TRIL, "torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool), diagonal=1)")],
           {"tril_diagonal": 1}, seen_in="buggy/causal_mask_off_by_one; lesson 003 (¿se filtra el futuro?)"),
+    entry("causal_mask_missing", CSA,
+          "No aplicas la máscara causal en el camino explícito: cada posición ve también las siguientes.",
+          "You do not apply the causal mask on the explicit path: each position also sees the following ones.",
+          ("causality", "reference_match", "fused_equivalence", "large_inputs", "train_dropout"),
+          [R(CSA, "forward", CSA_MASK, "att")],
+          {"tril_diagonal": NO_CAUSAL_MASK}, seen_in="an outside writer of wrong files (a mask skipped when T == block_size)"),
     entry("causal_mask_hides_self", CSA,
           "La máscara causal tapa también la diagonal (tril con diagonal=-1): un token no se ve a sí mismo y "
           "el primero no tiene nada que atender (NaN).",

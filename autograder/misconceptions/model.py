@@ -174,7 +174,7 @@ def causal_self_attention(params, heads, x, *, block_size=None, fused=False, tra
     / merge_transpose: False reshapes (B,T,C) straight into (B,h,T,hs) or back, without the
     transpose; the explicit path (fused=False): scale (one of SCALES, of the head size),
     tril_diagonal (the causal mask is tril(..., diagonal): 1 lets a token see the next one, -1
-    hides the token from itself), mask_rows ("first": mask[:T, :T], correct; "last": mask[-T:, :T]),
+    hides the token from itself, one past block_size masks nothing), mask_rows ("first": mask[:T, :T], correct; "last": mask[-T:, :T]),
     mask_blocks (True blocks: the mask without ~), attn_drop ("weights" or "none"),
     attn_drop_in_eval, and attend's switches (fill, mask_after_softmax, softmax_axis...); the fused
     path: fused_is_causal (False: SDPA without is_causal), fused_dropout ("train" correct, "always":

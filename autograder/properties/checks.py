@@ -756,12 +756,12 @@ def already_wrong_at_scale_1(small, masks, described):
         rows_sum_to_one_at_scale_1(weights)
 
 
-def drops_at_a_rare_rate(dropped, p, calls):
-    """dropped: the entries a correct dropout may zero (weights or outputs), of every one of
-    `calls` train-mode calls at rate p (strategies.RARE_P): at least one is exactly 0."""
-    count = sum(int(a.size) for a in dropped)
-    require(any(bool((a == 0).any()) for a in dropped), "dropout_never_at_rare_rate", p=p, calls=calls,
-            entries=count, expected=round(count * p))
+def drops_at_a_rare_rate(dropped, p, calls, entries, layer):
+    """dropped: of every one of `calls` train-mode calls at rate p (strategies.RARE_P), where the
+    dropout `layer` acted (the weights or outputs it zeroed; the rows an attention weight dropped
+    moved), of `entries` it draws for in all: somewhere at least."""
+    require(any(bool(d.any()) for d in dropped), "dropout_never_at_rare_rate", p=p, calls=calls,
+            entries=entries, expected=round(entries * p), layer=layer)
 
 
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,
@@ -1631,6 +1631,8 @@ def _differs_from_first_form(module, call, index, got, twins, shaped):
     from .harness import runs_until_failure
 
     args, options = call
+    if "mask" not in options:  # passed by position: the last argument
+        args = args[:-1]
     replies, failed = runs_until_failure(module, *[(args, {**options, "mask": mask}) for mask, _ in twins])
     if failed:
         return True

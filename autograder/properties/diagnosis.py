@@ -144,10 +144,15 @@ def on_failure(code, exchanges):
 
 def by_position(cls, args, options):
     """(args, options) of a call with the inputs it passed by name (mha(query=x, key=x, value=x))
-    moved to their places among args, as the models here take them; the mask stays an option."""
-    from .harness import ARGUMENT_NAMES
+    moved to their places among args, as the models here take them; the mask an option, also
+    where the call passed it by position (mha(q, k, v, mask))."""
+    from .harness import argument_names
 
-    names = [name for name in ARGUMENT_NAMES.get((cls, options.get("method", "forward")), ()) if name != "mask"]
+    every = argument_names(cls, options.get("method", "forward"))
+    if "mask" in every and len(args) > every.index("mask"):
+        at = every.index("mask")
+        args, options = args[:at], {**options, "mask": args[at]}
+    names = [name for name in every if name != "mask"]
     named = [name for name in names[len(args):] if name in options]
     if not named:
         return args, options

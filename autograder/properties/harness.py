@@ -273,8 +273,7 @@ class Remote:
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
-          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, values_of=None,
-          **kwargs):
+          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -288,8 +287,7 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     parameters.direction(seed), then put back; backward_from (with grad): the output backward runs
     from (1: the weights a forward returns); moved_for_good (with a device): the module itself
     moves there for good, not a copy; inference (without grad): the call runs under
-    torch.inference_mode(); values_of: only the first values_of outputs come back with their
-    values, the others as their shapes (a long sequence's weights outgrow the wire's frames)."""
+    torch.inference_mode()."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
@@ -297,8 +295,7 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
             "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
-            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference,
-            "values_of": values_of}
+            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference}
 
 
 # Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).
@@ -306,8 +303,13 @@ ARGUMENT_NAMES = {
     ("MultiHeadAttention", "forward"): ("query", "key", "value", "mask"),
     ("MultiHeadAttention", "split_heads"): ("x", "batch_size"),
 }
+def argument_names(cls, method):
+    """The names of a contract method's positional arguments (ARGUMENT_NAMES; x and mask otherwise)."""
+    return ARGUMENT_NAMES.get((cls, method), ("x", "mask"))
+
+
 # Switches of a call that are the grader's instruments, not something the submission was asked.
-INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled", "values_of")
+INTERNAL_SWITCHES = ("handle", "method", "args", "kwargs", "trace", "rolled")
 # A call's seed is torch's (dropout's), not the example's input seed: named as the student knows it.
 SWITCH_NAMES = {"seed": "manual_seed"}
 # Switches whose value only the grader reads: the example says that they were set, not to what.
@@ -330,7 +332,7 @@ def describe_call(cls, op, args):
         return {"method": "__init__", **({"args": ", ".join(by_position)} if by_position else {}), **keywords}
     if op != "call":
         return None
-    names = ARGUMENT_NAMES.get((cls, args["method"]), ("x", "mask"))
+    names = argument_names(cls, args["method"])
     named = [(names[i] if i < len(names) else f"arg{i}", value) for i, value in enumerate(args["args"])]
     named += list(args["kwargs"].items())
     keywords = set(args["kwargs"])  # passed by name even when None: forward(x, mask=None) can raise on the name

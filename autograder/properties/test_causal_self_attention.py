@@ -290,17 +290,47 @@ def test_eval_deterministic(worker, dims, seed):
 
 
 def rare_dropout(worker, dims):
-    """train_dropout at a rate no strategy draws (strategies.RARE_P), the outputs of RARE_CALLS
-    calls on each path: resid_drop's zeros."""
+    """train_dropout at a rate no strategy draws (strategies.RARE_P), RARE_CALLS calls on each
+    path: resid_drop's zeros in the outputs, then, with resid_drop off (as the statement lets a
+    user set it on a built module), attn_drop's drops, each of which moves its row of the output
+    away from both eval's and eval's with the weights divided by (1 - p) (an attention dropout
+    that drops none of a row, or does not act at all)."""
     module, rng = loaded(worker, dims, dropout=RARE_P)
+    attn_only = another(worker, dims, RARE_P, load_seed=parameter_seed(dims), then_set={"resid_drop.p": 0.0})
+    x = inputs(rng, dims)
+    weights = RARE_CALLS * dims["B"] * dims["n_head"] * dims["T"] * (dims["T"] + 1) // 2
+    for fused in (False, True):
+        trained = [output(reply, dims) for reply in rare_calls(module, x, fused)]
+        checks.drops_at_a_rare_rate([t == 0 for t in trained], RARE_P, RARE_CALLS, trained[0].size * RARE_CALLS,
+                                    f"resid_drop (fused={fused})")
+        bias = attn_only.params.get("proj.bias", 0.0)
+        evaluated = output(attn_only.run(x, fused=fused), dims)
+        undropped = (evaluated - bias) / (1.0 - RARE_P) + bias
+        moved = [(np.abs(got - undropped) > 1e-4 * (1.0 + np.abs(undropped)))
+                 & (np.abs(got - evaluated) > 1e-4 * (1.0 + np.abs(evaluated)))
+                 for got in (output(reply, dims) for reply in rare_calls(attn_only, x, fused))]
+        checks.drops_at_a_rare_rate(moved, RARE_P, RARE_CALLS, weights, f"attn_drop (fused={fused})")
+
+
+def rare_calls(module, x, fused):
+    """The replies of RARE_CALLS train-mode calls on x, each under its own seed."""
+    return [reply for seeds in rare_seeds()
+            for reply in module.runs(*(((x,), {"fused": fused, "train": True, "seed": s}) for s in seeds))]
+
+
+def longest_dropout(worker, dims):
+    """train_dropout on the longest sequence (strategies.LONGEST_*), on each path: resid_drop and
+    attn_drop both act (checks.dropout_acts_at_shape)."""
+    p = 0.2
+    module, rng = loaded(worker, dims, dropout=p)
     x = inputs(rng, dims)
     for fused in (False, True):
-        replies = [reply for seeds in rare_seeds()
-                   for reply in module.runs(*(((x,), {"fused": fused, "train": True, "seed": s}) for s in seeds))]
-        checks.drops_at_a_rare_rate([output(reply, dims) for reply in replies], RARE_P, RARE_CALLS)
+        trained = output(module.run(x, fused=fused, train=True, seed=1), dims)
+        checks.dropout_acts_at_shape(expected(module.params, dims, x), trained, p, f"fused={fused}", f"T={dims['T']}")
 
 
 @graded(CLS, "train_dropout")
+@also_at(longest_dropout, dims=LONGEST_CAUSAL)  # after the rare rate (decorators apply upwards)
 @also_at(rare_dropout, dims=RARE_CAUSAL)
 @given(dims=causal_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):

@@ -33,11 +33,9 @@ def loaded(worker, dims, dropout=0.0):
 
 
 def outputs(reply, dims):
-    return outputs_first(reply, dims), reply.output(1, (dims["B"], dims["h"], dims["Tq"], dims["Tk"]), "weights")
-
-
-def outputs_first(reply, dims):
-    return reply.output(0, (dims["B"], dims["Tq"], dims["d_model"]), "output")
+    B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]
+    return (reply.output(0, (B, Tq, dims["d_model"]), "output"),
+            reply.output(1, (B, dims["h"], Tq, Tk), "weights"))
 
 
 def cross_inputs(rng, dims, scale=1.0):
@@ -243,15 +241,14 @@ def wide_reference_match(worker, dims):
 
 
 def longest_reference_match(worker, dims):
-    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a
-    mask: the output alone."""
+    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a mask."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     args, mask = cross_inputs(rng, dims), random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
-    want = reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)[0]
-    checks.matches_beyond_examples(
-        module, [(args, {"mask": mask, "values_of": 1})], lambda i, reply: [outputs_first(reply, dims)],
-        lambda i: [(want, "output")], "reference_mismatch_longest", positions=dims["Tk"])
+    want = reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)
+    checks.matches_beyond_examples(module, [(args, {"mask": mask})], lambda i, reply: outputs(reply, dims),
+                                   lambda i: zip(want, ("output", "weights")), "reference_mismatch_longest",
+                                   positions=dims["Tk"])
 
 
 @graded(CLS, "reference_match")
@@ -353,10 +350,31 @@ def rare_dropout(worker, dims):
     module, rng = loaded(worker, dims, dropout=RARE_P)
     args = cross_inputs(rng, dims)
     replies = [reply for seeds in rare_seeds() for reply in module.runs(*((args, {"train": True, "seed": s}) for s in seeds))]
-    checks.drops_at_a_rare_rate([outputs(reply, dims)[1] for reply in replies], RARE_P, RARE_CALLS)
+    weights = [outputs(reply, dims)[1] for reply in replies]
+    checks.drops_at_a_rare_rate([w == 0 for w in weights], RARE_P, RARE_CALLS, weights[0].size * RARE_CALLS, "self.dropout")
+
+
+def longest_dropout(worker, dims):
+    """train_dropout on the longest sequences (strategies.LONGEST_*): the weights dropped as at
+    the strategies' sizes, and the output computed from them."""
+    p = 0.2
+    module, rng = loaded(worker, dims, dropout=p)
+    example(**dims, dropout=p)
+    args = cross_inputs(rng, dims)
+    (_, evaluated), (trained_output, trained) = (outputs(reply, dims) for reply in module.runs(
+        (args, {}), (args, {"train": True, "seed": 1})))
+    try:
+        checks.dropout_on_weights(trained, evaluated, p)
+    except PropertyFailure as failure:
+        if failure.code != "dropout_not_applied":
+            raise
+        raise PropertyFailure("weights_not_dropped_at_shape", case=f"Tq={dims['Tq']}, Tk={dims['Tk']}", **failure.params) from None
+    from_weights = reference.multi_head_output_from_weights(module.params, dims["h"], args[2].astype(np.float64), trained)
+    require(np.allclose(trained_output, from_weights, atol=1e-5, rtol=1e-4), "returned_weights_before_dropout", p=p)
 
 
 @graded(CLS, "train_dropout")
+@also_at(longest_dropout, dims=LONGEST_MULTI_HEAD)  # after the rare rate (decorators apply upwards)
 @also_at(rare_dropout, dims=RARE_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):

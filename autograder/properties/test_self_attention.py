@@ -62,11 +62,8 @@ def d_k_of(dims):
 
 
 def outputs(reply, dims):
-    return outputs_first(reply, dims), reply.output(1, (dims["B"], dims["T"], dims["T"]), "weights")
-
-
-def outputs_first(reply, dims):
-    return reply.output(0, (dims["B"], dims["T"], d_k_of(dims)), "output")
+    B, T = dims["B"], dims["T"]
+    return reply.output(0, (B, T, d_k_of(dims)), "output"), reply.output(1, (B, T, T), "weights")
 
 
 def inputs(rng, dims, scale=1.0):
@@ -183,13 +180,13 @@ def wide_reference_match(worker, dims):
 
 
 def longest_reference_match(worker, dims):
-    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask: the output alone."""
+    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask."""
     module, rng = loaded(worker, dims)
     example(**dims)
     x, mask = inputs(rng, dims), random_mask(rng, dims["B"], dims["T"], dims["T"])
     checks.matches_beyond_examples(
-        module, [((x,), {"mask": mask, "values_of": 1})], lambda i, reply: [outputs_first(reply, dims)],
-        lambda i: [(reference.self_attention(module.params, x.astype(np.float64), mask)[0], "output")],
+        module, [((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
+        lambda i: zip(reference.self_attention(module.params, x.astype(np.float64), mask), ("output", "weights")),
         "reference_mismatch_longest", positions=dims["T"])
 
 

@@ -373,8 +373,7 @@ class Worker:
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False,
-                values_of=None):
+                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -397,8 +396,7 @@ class Worker:
         On another device than the CPU, the call runs on a copy moved there; moved_for_good: on the
         module itself, moved with .to(device) and left there, as a user moves a model they tried
         (what is keyed by the module's identity, an lru_cache on a method, stays valid).
-        inference (without grad): under torch.inference_mode(), as a validation pass runs.
-        values_of: the outputs past the first values_of are sent as their shapes alone."""
+        inference (without grad): under torch.inference_mode(), as a validation pass runs."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -407,7 +405,7 @@ class Worker:
             with self._perturbed(module, perturb, self.layers[handle]):
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
-                                    inference, values_of)
+                                    inference)
         if device != "cpu":
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
         params, _, _, submodules, _ = members(module, self.layers[handle])
@@ -445,6 +443,8 @@ class Worker:
         autograd = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
         with autograd, self._tracing(traced, rolled):
             result = called(*args, **kwargs)
+            if not inference and torch.is_grad_enabled() != grad:  # left so past the call: the with block hides it
+                self.asked.add("torch.set_grad_enabled")
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         for value in outputs:
             if type(value) is not torch.Tensor:
@@ -452,8 +452,7 @@ class Worker:
             with torch._C.DisableTorchFunctionSubclass():
                 if torch.Tensor.is_complex(value):  # its real part alone would pass for the output
                     raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
-        returned = [self._to_numpy(v) if values_of is None or i < values_of else {"meta_shape": list(v.shape)}
-                    for i, v in enumerate(outputs)]
+        returned = [self._to_numpy(v) for v in outputs]
         reply = {"outputs": returned, "traced": traced,
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)),
@@ -578,6 +577,14 @@ class Worker:
 
     def op_probe(self):
         return {"cuda": bool(self.torch.cuda.is_available())}
+
+    def op_forget(self):
+        """Let go of every module built so far (a property's are done with when the next starts):
+        a module that holds a large buffer of its own, built hundreds of times over a grading,
+        would otherwise fill the worker's memory. The inputs stay (inputs_ever)."""
+        for kept in (self.instances, self.layers, self.last_inputs, self.last_outputs):
+            kept.clear()
+        return {}
 
     # ---- helpers --------------------------------------------------------------------------
     def _seed(self, seed, device="cpu"):
