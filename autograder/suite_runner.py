@@ -95,7 +95,6 @@ class Collector:
 
     def pytest_runtest_setup(self, item):
         diagnosis.begin(*self._key(item))  # a property starts: nothing diagnosed yet (properties/diagnosis.py)
-        self._worker.forget(self._key(item)[0])  # the modules of the properties before it are done with
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):

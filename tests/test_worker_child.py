@@ -311,6 +311,51 @@ def test_no_input_gets_the_address_or_id_of_an_earlier_one(tmp_path):
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["200", "200", "200"], printed.stderr
 
+RELEASED = r"""
+import sys, weakref
+sys.path.insert(0, {child_dir!r})
+import numpy as np
+import child
+worker = child.Worker({submission!r})
+worker.load_submission()
+worker.op_build("Probe", {{}}, "a")
+worker.op_call("a", "forward", [np.ones((2, 3), np.float32)])
+first = weakref.ref(worker.instances["a"])
+worker.op_build("Probe", {{}}, "b", release=["a", "never-built"])
+print(sorted(worker.instances), first() is None, sorted(worker.last_inputs), sorted(worker.last_outputs))
+"""
+
+
+def test_a_build_lets_go_of_the_modules_the_grader_released(tmp_path):
+    """harness.Remote's finalizer releases its handle; the next build lets go of that module, its
+    last inputs and outputs (a module with a large buffer, built hundreds of times, once filled
+    the worker's memory), and ignores handles it never built."""
+    submission = tmp_path / "probe.py"
+    submission.write_text("import torch\n\nclass Probe(torch.nn.Module):\n"
+                          "    def forward(self, x):\n        return x * 1\n", encoding="utf-8")
+    script = tmp_path / "released.py"
+    script.write_text(RELEASED.format(child_dir=str(CHILD_DIR), submission=str(submission)), encoding="utf-8")
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert printed.stdout.split() == ["['b']", "True", "[]", "[]"], printed.stderr
+
+
+def test_a_remote_that_is_gone_is_released_with_the_next_build():
+    from autograder.config import Limits
+    from autograder.properties import harness
+    from autograder.worker.client import Worker
+
+    worker = Worker("", Limits(request_s=1, memory_mib=64))
+    kept, gone = (harness.Remote(worker, "SelfAttention", d_model=2) for _ in range(2))
+    del gone
+    assert worker.released == ["1"]
+    held = worker.released  # the list the finalizers append to stays the same object
+    sent = []
+    worker._send_requests = lambda cls, requests: sent.extend(requests)
+    worker._answer = lambda cls, op, args: {}
+    worker.calls("SelfAttention", [kept._pending_build])
+    assert sent[0][1]["release"] == ["1"] and worker.released == [] and worker.released is held
+
+
 SEEDED = r"""
 import sys
 sys.path.insert(0, {child_dir!r})

@@ -6,6 +6,7 @@ so the reference it computes describes exactly the module the worker ran.
 import contextlib
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -94,6 +95,7 @@ class Remote:
             parameters.scaled_rows(load_scale, self.layers)  # a bad option is the grader's bug: raise it here
             load["scale"] = load_scale
         self.handle = str(next(worker.handles))  # the grader names the modules: a request can follow a build unanswered
+        weakref.finalize(self, worker.released.append, self.handle)  # gone here: the worker lets go of it too
         by_name = {k: v for k, v in kwargs.items() if k not in positional}
         config = BUILD_CONFIG[cls] and {**BUILD_CONFIG[cls], **({"defaulted": list(defaulted)} if defaulted else {})}
         self._pending_build = ("build", {"cls": cls, "kwargs": by_name, "handle": self.handle, "load": load,

@@ -160,6 +160,7 @@ def members(module, preferred=(), aliases=None):
         return chosen
 
     visit("", module, frozenset(), False)
+    visit = None  # the recursive closure is a cycle through its own cell: it held the module until a collection
     buffers = named("buffer")
     modules = {**regular_modules, **{k: v for k, v in irregular_modules.items() if k not in regular_modules}}
     return (named("param"), buffers, {n for n, b in buffers.items() if id(b) in transient}, modules,
@@ -281,7 +282,8 @@ class Worker:
         self.module = module
 
     # ---- requests -------------------------------------------------------------------------
-    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None, args=(), layers=()):
+    def op_build(self, cls, kwargs, handle, seed=0, load=None, config=None, then_set=None, args=(), layers=(),
+                 release=()):
         """Build the class as `handle` (the grader names it, so that it can send the next request
         before this one is answered); with load={"seed", "layers"} (and optionally "scale"), load
         the parameters the grader chose (parameters.draw) into those layers; with config
@@ -292,7 +294,13 @@ class Worker:
         config, the values of its first fields, given to the config class by position); with
         seed None, the generators go on from the request before (what a constructor that raised
         left drawn). layers: the contract's, under whose names a shared parameter is reported.
-        Returns the parameters' shapes."""
+        Returns the parameters' shapes.
+        release: handles of modules the grader no longer holds, let go of first (a module that
+        keeps a large buffer of its own, built hundreds of times over a grading, would otherwise
+        fill the worker's memory; the inputs stay: inputs_ever)."""
+        for gone in release:
+            for kept in (self.instances, self.layers, self.last_inputs, self.last_outputs):
+                kept.pop(gone, None)
         factory = getattr(self.module, cls, None)
         if not isinstance(factory, type):
             raise StudentError("missing_class", f"{cls} is not defined as a class")
@@ -578,13 +586,6 @@ class Worker:
     def op_probe(self):
         return {"cuda": bool(self.torch.cuda.is_available())}
 
-    def op_forget(self):
-        """Let go of every module built so far (a property's are done with when the next starts):
-        a module that holds a large buffer of its own, built hundreds of times over a grading,
-        would otherwise fill the worker's memory. The inputs stay (inputs_ever)."""
-        for kept in (self.instances, self.layers, self.last_inputs, self.last_outputs):
-            kept.clear()
-        return {}
 
     # ---- helpers --------------------------------------------------------------------------
     def _seed(self, seed, device="cpu"):

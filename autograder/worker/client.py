@@ -88,7 +88,7 @@ class Worker:
         # batch slot's submissions would tell the next one how far the last got.
         self.handles = itertools.count()
         self.facts = {}  # what a property learned once of this submission, for the others (say, a wrong default)
-        self.built = False  # whether a module was built since the worker last let go of them (forget)
+        self.released = []  # handles of modules no longer held here (harness.Remote): the next build lets go of them
 
     # ---- public API --------------------------------------------------------------------------
     def call(self, owner, op, **args):
@@ -110,7 +110,9 @@ class Worker:
         """
         if len(requests) > MAX_REQUESTS:  # the inbox's bound counts on it
             raise GraderBug(f"{len(requests)} requests in one exchange (at most {MAX_REQUESTS})")
-        self.built = self.built or any(op == "build" for op, _ in requests)
+        if self.released and requests[0][0] == "build":  # the worker lets go of them as it builds
+            requests = [("build", {**requests[0][1], "release": list(self.released)}), *requests[1:]]
+            self.released.clear()  # in place: the finalizers of the modules still held append to this list
         try:
             self._send_requests(owner, requests)
         except SubmissionError as exc:
@@ -142,18 +144,6 @@ class Worker:
         except SubmissionError as exc:
             self._failed(owner, self.last_label.get(owner, "forward"), exc)
             raise SubmissionHalted(exc) from None
-
-    def forget(self, owner):
-        """Have the worker let go of the modules built so far, on behalf of class `owner` (as its
-        next property starts: suite_runner); nothing when none was built since the last time. A
-        failure here is left for that class's next request to meet."""
-        if not self.built:
-            return
-        self.built = False
-        try:
-            self.call(owner, "forget")
-        except (SubmissionError, SubmissionHalted):
-            pass
 
     def sees_cuda(self, owner):
         """Whether the worker sees a GPU (asked once, on behalf of class `owner`): then the device

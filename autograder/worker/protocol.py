@@ -1,6 +1,6 @@
 """What each of the worker's replies must look like, checked as it arrives in the grader.
 
-child.py answers six operations. A submission can rewrite the worker in memory and send anything
+child.py answers five operations. A submission can rewrite the worker in memory and send anything
 in their place, so each reply is checked here, by operation, before any property reads it: types,
 keys, and sizes bounded like the wire's. A reply that does not fit is a protocol failure of the
 submission (submission_errors.SubmissionError "protocol"), never an exception inside the grader,
@@ -26,7 +26,6 @@ which would be reported as the grading machine's fault.
              "earlier_outputs_changed": int (how many calls back on the module a call whose returned
              tensor was written since was made: 1 the previous one; 0 none)}
   probe     {"cuda": bool}
-  forget    {}                                       every module built so far let go
 """
 import numpy as np
 
@@ -129,11 +128,7 @@ def _probe(reply, request):
     _require(type(reply.get("cuda")) is bool)
 
 
-def _forget(reply, request):
-    _require(not reply)
-
-
-CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": _probe, "forget": _forget}
+CHECKS = {"ready": _ready, "build": _build, "describe": _describe, "call": _call, "probe": _probe}
 
 
 def check(op, reply, request=None):

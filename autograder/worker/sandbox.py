@@ -43,6 +43,13 @@ LEASE_SPAN = 1000  # uids tried from the first candidate on
 LEASE_FOLDERS = ("/run/attention-autograder", f"{tempfile.gettempdir()}/attention-autograder-leases")
 KILL_WAIT_S = 10.0  # how long kill_uid waits for the uid's processes to be gone
 
+# glibc's malloc raises its mmap threshold each time a large block is freed, so that later large
+# blocks (a module's buffer of a few MiB, built hundreds of times over a grading) come from the
+# heap, where freed memory stays in the process: a correct module with a 4 MiB buffer it never
+# used reached the 512 MiB limit. A fixed threshold (glibc's default, 128 KiB) keeps large blocks
+# mapped apart and gives them back when freed. Read at the interpreter's start: the warm zygote's too.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -344,6 +351,7 @@ class Sandbox:
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
+            **MALLOC_ENV,
         }
 
     def preexec(self):
