@@ -1387,11 +1387,13 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                 if not calls[i][1].get("train") and second_opinion(lambda: changes_when_repeated(module, calls[i], i, shaped)):
                     raise PropertyFailure("eval_output_changes", **params) from None
                 if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected, *kind):
+                    calling(reply.call)  # others_match read every reply: the failure is still this call's
                     failure = PropertyFailure("reference_mismatch_at", **{
                         k: v for k, v in failure.params.items() if k not in said})
                 if what == "output" and not calls[i][1].get("train") and weights_right_in_every_call(
                         replies, calls, shaped, expected):
                     # the weights it returns are the reference's: the output comes from elsewhere
+                    calling(reply.call)  # as above
                     failure = PropertyFailure("output_not_from_weights", **{
                         k: v for k, v in failure.params.items() if k not in said})
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
