@@ -363,7 +363,7 @@ MESSAGES = [
     ("empty", "MultiHeadAttention", "Tu archivo no define la clase MultiHeadAttention."),
     ("misnamed_classes", "SelfAttention", "Tu archivo no define la clase SelfAttention."),
     ("missing_module", "SelfAttention",
-     "Importar tu archivo falló en la línea {line} (ModuleNotFoundError): No module named 'numpyy'"),
+     "Tu archivo importa el módulo numpyy (línea {line}), que el corrector no tiene"),
     ("syntax_error", "CausalSelfAttention", "Tu archivo tiene un error de sintaxis en la línea {line}:"),
     ("colab_export", "MultiHeadAttention",
      "La línea {line} de tu archivo es una orden de Jupyter o Colab, no Python: «!pip install torch». En un archivo .py bórrala"),
