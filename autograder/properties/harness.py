@@ -12,6 +12,7 @@ import numpy as np
 
 from ..exercise import EXERCISE
 from ..worker import parameters
+from ..worker.client import MAX_REQUESTS
 from ..worker.submission_errors import SubmissionError, SubmissionHalted
 from .failures import PropertyFailure, as_array, calling, exchanged
 
@@ -252,6 +253,12 @@ class Remote:
             except SubmissionError:
                 raise error from None
 
+    def runs_in_exchanges(self, calls):
+        """runs(*calls) for more calls than one exchange takes (client.MAX_REQUESTS, a pending
+        build among them): sent in as many exchanges as they need; their Replies, in order."""
+        size = MAX_REQUESTS - 1
+        return [reply for start in range(0, len(calls), size) for reply in self.runs(*calls[start:start + size])]
+
     def _restored(self, calls):
         """calls sent again after the worker ran them all once: where one gave the module new
         parameters (`reload`), the first starts from the loaded ones again; None when that cannot be."""
@@ -451,10 +458,11 @@ def random_mask(rng, *shape, dtype="float32"):
 
 
 def closing_one(mask):
-    """mask with one closed position at least (row 0's last; its first opened instead, two keys at
-    least): a call this short still tries the mask, and no row is fully masked."""
-    mask[0, 0, -1], mask[0, 0, 0] = 0, 1
-    return mask
+    """A copy of mask with one closed position at least (row 0's last; its first opened instead,
+    two keys at least): a call this short still tries the mask, and no row is fully masked."""
+    closing = mask.copy()
+    closing[0, 0, -1], closing[0, 0, 0] = 0, 1
+    return closing
 
 
 def other_mask(mask):

@@ -111,11 +111,6 @@ RARE_MULTI_HEAD = {"B": 1, "Tq": 12, "Tk": 10, "h": 2, "d_model": 8, "seed": 8} 
 RARE_CAUSAL = {"B": 1, "T": 15, "block_size": 15, "n_head": 2, "n_embd": 16, "seed": 8}  # 240 of each
 
 
-def rare_seeds():
-    """The RARE_CALLS calls' seeds, 15 to an exchange (worker.client.MAX_REQUESTS bounds one)."""
-    return [range(start, min(start + 15, RARE_CALLS)) for start in range(0, RARE_CALLS, 15)]
-
-
 def rng_for(dims):
     """The rng of an example's inputs."""
     return np.random.default_rng(dims["seed"])

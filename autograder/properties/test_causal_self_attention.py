@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, rare_seeds, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -314,8 +314,7 @@ def rare_dropout(worker, dims):
 
 def rare_calls(module, x, fused):
     """The replies of RARE_CALLS train-mode calls on x, each under its own seed."""
-    return [reply for seeds in rare_seeds()
-            for reply in module.runs(*(((x,), {"fused": fused, "train": True, "seed": s}) for s in seeds))]
+    return module.runs_in_exchanges([((x,), {"fused": fused, "train": True, "seed": s}) for s in range(RARE_CALLS)])
 
 
 def longest_dropout(worker, dims):

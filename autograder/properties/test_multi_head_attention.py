@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, rare_seeds, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -349,7 +349,7 @@ def rare_dropout(worker, dims):
     """train_dropout at a rate no strategy draws (strategies.RARE_P), the weights of RARE_CALLS calls."""
     module, rng = loaded(worker, dims, dropout=RARE_P)
     args = cross_inputs(rng, dims)
-    replies = [reply for seeds in rare_seeds() for reply in module.runs(*((args, {"train": True, "seed": s}) for s in seeds))]
+    replies = module.runs_in_exchanges([(args, {"train": True, "seed": s}) for s in range(RARE_CALLS)])
     weights = [outputs(reply, dims)[1] for reply in replies]
     checks.drops_at_a_rare_rate([w == 0 for w in weights], RARE_P, RARE_CALLS, weights[0].size * RARE_CALLS, "self.dropout")
 
