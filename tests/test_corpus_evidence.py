@@ -1387,3 +1387,15 @@ def test_lazy_layers_have_no_parameters_to_count_after_init():
     with pytest.raises((RuntimeError, ValueError)):  # what the file's module is after __init__
         sum(p.numel() for p in mha.parameters())
     assert sum(p.numel() for p in nn.Linear(8, 8, bias=False).parameters()) == 64  # the statement's layer
+
+
+def test_baddbmm_onto_empty_memory_adds_what_that_memory_held():
+    sa = load("sa_baddbmm_onto_empty").SelfAttention(8, 4)
+    x = torch.randn(2, 5, 8)
+    wanted = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]
+    torch.use_deterministic_algorithms(True)  # torch.empty then holds NaN, as in the worker
+    try:
+        with torch.no_grad():
+            assert torch.isnan(sa(x)[1]).all() and torch.isfinite(wanted).all()
+    finally:
+        torch.use_deterministic_algorithms(False)

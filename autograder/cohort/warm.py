@@ -17,14 +17,14 @@ from functools import partial
 from ..exercise import EXERCISE
 from ..worker import zygote as zygote_process
 from ..worker.client import Worker
-from ..worker.sandbox import MALLOC_ENV, worker_uid
+from ..worker.sandbox import LIBRARY_ENV, worker_uid
 
 READY_TIMEOUT_S = 120
 # What the zygote's interpreter starts with (its whole environment); each fork then takes its
 # sandbox's, but not its hash seed, which Python fixes at start: the sandbox's own (a cold
 # worker's), so that a set of strings is iterated in the same order in a batch slot as in a grade.
 ZYGOTE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "PYTHONHASHSEED": "0", **MALLOC_ENV}
+              "PYTHONHASHSEED": "0", **LIBRARY_ENV}
 
 
 class ZygoteGone(OSError):

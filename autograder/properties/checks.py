@@ -71,11 +71,14 @@ def rows_sum_to_one_in_eval(weights, expected, p=0.0, masked=False):
     open position: harness.random_mask). Two mistakes of other properties show here first and are
     named as theirs: rows of NaN under such a mask (positions the mask allows are closed: the
     mask is read wrongly, masked_zero's business), and weights that are the reference's after
-    dropout (dropout still active in eval: eval_deterministic's)."""
+    dropout (dropout still active in eval: eval_deterministic's). Rows that are not finite
+    without a mask come from something before the softmax: named as such, not as a sum."""
     nan_rows = ~np.isfinite(weights).all(axis=-1)
     if masked and nan_rows.any():
         raise PropertyFailure("masked_rows_nan_upstream", count=int(nan_rows.sum()),
                               index=[int(i) for i in np.argwhere(nan_rows)[0]])
+    if nan_rows.any():
+        raise PropertyFailure("weights_not_finite", index=[int(i) for i in np.argwhere(nan_rows)[0]])
     off = first_row_off(weights)
     if off is not None:
         factor = dropout_factor(weights, expected, p)
@@ -194,7 +197,11 @@ def layer_scale(layer, rows=None, factor=SCALE_FACTOR):
 def responds_to(role, before, after, expected_before, expected_after, what, layer, factor=SCALE_FACTOR):
     """`before` and `after` are what the module returned with its `role` ("keys" or "queries";
     "key_sign" for keys multiplied by -1) as drawn and multiplied by `factor` (layer: where they
-    come from), the expected_* the reference's for the same."""
+    come from), the expected_* the reference's for the same. Outputs with no finite value where
+    the reference's are finite cannot move: named as such (something before the softmax), not
+    as keys ignored."""
+    if not np.isfinite(before).any() and np.isfinite(expected_before).all():
+        raise PropertyFailure("attends_not_finite", what=what)
     moved = movement(before, after, expected_before, expected_after)
     if moved is None:
         return  # this example cannot tell (scores nearly equal along every row); others can

@@ -248,6 +248,12 @@ class Worker:
         # reference); every request leaves these as they are here (serve: GlobalSettings.restored)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        # memory a submission reads before writing it (torch.empty, baddbmm's default beta=1 onto
+        # it) holds NaN, not whatever the allocator left there: the same file, the same score
+        # (torch.utils.deterministic.fill_uninitialized_memory acts only with this on; warn_only:
+        # an operation without a deterministic kernel still runs). Set through torch._C: the public
+        # torch.use_deterministic_algorithms imports torch._inductor to set its flag too (0.8 CPU-s)
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
         self.settings = GlobalSettings(torch)
         # what every request starts from: restored() brings the settings back to it after each one
         self.settings_at_start = self.settings.read()

@@ -47,8 +47,10 @@ KILL_WAIT_S = 10.0  # how long kill_uid waits for the uid's processes to be gone
 # blocks (a module's buffer of a few MiB, built hundreds of times over a grading) come from the
 # heap, where freed memory stays in the process: a correct module with a 4 MiB buffer it never
 # used reached the 512 MiB limit. A fixed threshold (glibc's default, 128 KiB) keeps large blocks
-# mapped apart and gives them back when freed. Read at the interpreter's start: the warm zygote's too.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+# mapped apart and gives them back when freed. cuBLAS, on a GPU, keeps a fixed workspace: the
+# worker runs torch's deterministic algorithms (child.Worker), and a cuBLAS matmul without this
+# setting warns on every first use. Read at the interpreter's start: the warm zygote's too.
+LIBRARY_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -351,7 +353,7 @@ class Sandbox:
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
-            **MALLOC_ENV,
+            **LIBRARY_ENV,
         }
 
     def preexec(self):
