@@ -65,7 +65,7 @@ def previous_line(metadata_path, language):
         shown = [t for t in tests if t.get("visibility") in SHOWN]
         score = sum(float(t.get("score", 0)) for t in shown)
         possible = sum(float(t.get("max_score", 0)) for t in shown)
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return ""  # first submission or unreadable metadata: nothing to show
     if not shown:
         return ""

@@ -418,7 +418,26 @@ def _declared_encoding(data, name):
         if _CODING.match(line):
             head[i] = _CODING.sub(lambda m: m.group(0)[:m.start(1) - m.start(0)] + "utf-8", line, count=1)
             break
-    return "\n".join(head)
+    text = "\n".join(head)
+    if not _python_reads(data, text, name):
+        raise SubmissionUnreadable("not_utf8", file=name)
+    return text
+
+
+def _python_reads(data, text, name):
+    """Whether Python itself reads the bytes as the text they decode to. detect_encoding finds
+    codecs that Python's tokenizer refuses for source (UTF-16 and UTF-32 are not ASCII-compatible:
+    null bytes; utf-7's '+'): a file that neither `python file.py` nor an import can run must not
+    be graded as the text a codec made of it. Judged by compiling both: where only the text
+    compiles, the codec is the problem; where neither does, the syntax error is the student's, and
+    is reported as such, at its line."""
+    def compiles(source):
+        try:
+            compile(source, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
+        return True
+    return compiles(data) or not compiles(text)
 
 
 _CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")  # PEP 263's declaration

@@ -12,4 +12,13 @@ Error = yaml.YAMLError
 
 def safe_load(stream):
     """yaml.safe_load, through libyaml where available: plain data only, no Python objects."""
-    return yaml.load(stream, Loader=_LOADER)
+    return load(stream, _LOADER)
+
+
+def load(stream, loader):
+    """yaml.load with `loader`. Nesting deeper than the interpreter's recursion limit (5,000 `[`,
+    say, in an export's metadata) is an Error, as any other malformed YAML, not a RecursionError."""
+    try:
+        return yaml.load(stream, Loader=loader)
+    except RecursionError:
+        raise Error("nested too deeply to read") from None

@@ -260,6 +260,15 @@ def test_nested_aliases_in_the_metadata_are_read_as_empty_fields_in_bounded_memo
     assert [(e.key, e.submitters) for e in found] == [("submission_1", (Submitter("", "", "2024001"),))]
 
 
+def test_metadata_nested_past_the_recursion_limit_is_refused_with_a_message(tmp_path):
+    """5,000 `[` in a name: PyYAML's composer recurses once per level (a RecursionError once
+    stopped a batch with a traceback); the batch says it cannot read the file instead."""
+    text = "submission_1:\n  :submitters:\n  - :name: " + "[" * 5000 + "]" * 5000 + "\n"
+    root = write_export(tmp_path / "export", text)
+    with pytest.raises(gradescope_export.ExportError, match="nested too deeply"):
+        gradescope_export.read(root / gradescope_export.METADATA)
+
+
 def test_metadata_keys_that_are_not_text_or_files_too_large_are_refused(tmp_path, monkeypatch):
     root = write_export(tmp_path / "export", "submission_1: {}\n? [1, 2]\n: {}\n")
     with pytest.raises(gradescope_export.ExportError):

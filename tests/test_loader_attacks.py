@@ -4,6 +4,7 @@ Whatever a student uploads, load() must return a Submission or raise SubmissionU
 code the student has a message for, in bounded time and memory, never following a symlink: any
 other exception would crash the grader and leave no results.json.
 """
+import ast
 import io
 import json
 import os
@@ -476,8 +477,28 @@ CODECS = ["latin-1", "cp1252", "koi8-r", "shift_jis", "raw_unicode_escape", "uni
 @given(st.sampled_from(CODECS), st.binary(max_size=300) | st.sampled_from([b"X = '\\ud800'", b"X = '\\udfff\\x00'"]))
 @example("raw_unicode_escape", b"X = '\\ud800'")  # once a traceback in the sandbox, and a batch stopped
 def test_a_py_declaring_any_codec_loads_or_is_refused(scratch, codec, body):
-    """PEP 263 lets a .py name any codec; the byte 0xff keeps it from reading as UTF-8, so it is used."""
-    loads_or_refuses(write(scratch / "attention.py", f"# -*- coding: {codec} -*-\n# ".encode() + b"\xff\n" + body))
+    """PEP 263 lets a .py name any codec; the byte 0xff keeps it from reading as UTF-8, so it is used.
+    What is graded is what Python runs: a text that compiles comes from bytes that compile."""
+    path = write(scratch / "attention.py", f"# -*- coding: {codec} -*-\n# ".encode() + b"\xff\n" + body)
+    loads_or_refuses(path)
+    try:
+        compile(submission.load(path).source, "attention.py", "exec", ast.PyCF_ONLY_AST)
+    except (SubmissionUnreadable, SyntaxError, ValueError):
+        return
+    compile(path.read_bytes(), "attention.py", "exec", ast.PyCF_ONLY_AST)  # raises: graded text Python cannot read
+
+
+def test_a_py_python_cannot_read_is_refused_not_graded_as_its_decoded_text(scratch):
+    """A correct file in UTF-16-LE declaring so, with one byte that is not UTF-8: detect_encoding
+    accepts the codec and the text decodes to a correct module, but Python refuses the file (null
+    bytes): it scored 48/48. A latin-1 file Python reads is still graded."""
+    body = (Path(__file__).resolve().parent / "submissions" / "correct" / "einsum.py").read_text(encoding="utf-8")
+    utf16 = write(scratch / "attention.py", b"#\x00 coding: utf-16-le  \n\x00" + (body + "\n# \u00ff\n").encode("utf-16-le"))
+    with pytest.raises(SubmissionUnreadable) as refused:
+        submission.load(utf16)
+    assert refused.value.code == "not_utf8"
+    latin = write(scratch / "latin.py", b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + body.encode("utf-8"))
+    assert "class SelfAttention" in submission.load(latin).source
 
 
 @FUZZ

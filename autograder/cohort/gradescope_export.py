@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import yaml_reader
 from ..errors import UsageError
 from .store import Submitter
 
@@ -119,8 +120,8 @@ def read(metadata_path):
     try:
         if metadata_path.stat().st_size > MAX_METADATA_BYTES:
             raise ExportError(f"{metadata_path} is over {MAX_METADATA_BYTES // 2**20} MiB: not an export's metadata")
-        data = yaml.load(metadata_path.read_text(encoding="utf-8"), Loader=_MetadataLoader) or {}
-    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8, or an impossible date
+        data = yaml_reader.load(metadata_path.read_text(encoding="utf-8"), _MetadataLoader) or {}
+    except (OSError, ValueError, yaml_reader.Error) as exc:  # ValueError: not UTF-8, or an impossible date
         raise ExportError(f"cannot read {metadata_path}: {exc}") from None
     if not isinstance(data, dict):
         raise ExportError(f"{metadata_path}: expected a mapping of submission folders")

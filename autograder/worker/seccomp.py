@@ -22,7 +22,12 @@ every process for days (kernel.keys.persistent_keyring_expiry), so the grader re
 for good: a few hundred gradings could use up the uid range (Docker's profile refuses them too).
 setsid: each session is a group of its own for the scheduler (autogroup), so 58 busy loops in
 58 sessions took 58 shares of the cores from a classmate graded beside them (their grading ran
-out of time); the worker is already a session's leader, and its processes stay in its session. Installed after no_new_privs, the filter is inherited by every process the worker
+out of time); the worker is already a session's leader, and its processes stay in its session.
+vmsplice, splice and tee: a pipe's slot holds a whole page, and vmsplice gives it a process's own
+(a 2 MiB transparent huge page, madvise'd, counts as one 4 KiB slot of the uid's pipe quota): 64
+pipes held ~2 GiB that no RSS, file or scratch folder shows, against a 512 MiB limit; splice and tee
+pin pages of files and of other pipes the same way; a pipe written with write() holds only what
+its quota allows. Installed after no_new_privs, the filter is inherited by every process the worker
 starts and cannot be removed.
 """
 import ctypes
@@ -35,7 +40,7 @@ EPERM, ENOSYS = 1, 38
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 REFUSED = ("socket", "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "msgget", "semget",
            "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "bpf", "add_key", "request_key",
-           "keyctl", "setsid")
+           "keyctl", "setsid", "vmsplice", "splice", "tee")
 # (audit architecture, system call numbers) per machine (aarch64 has no inotify_init); x86_64's x32
 # calls have bit 30 set
 ARCHITECTURES = {
@@ -43,12 +48,13 @@ ARCHITECTURES = {
                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                             "msgget": 68, "semget": 64, "inotify_init": 253, "inotify_init1": 294,
                             "inotify_add_watch": 254, "fanotify_init": 300, "bpf": 321, "add_key": 248,
-                            "request_key": 249, "keyctl": 250, "setsid": 112}),
+                            "request_key": 249, "keyctl": 250, "setsid": 112, "vmsplice": 278, "splice": 275,
+                            "tee": 276}),
     "aarch64": (0xC00000B7, {"unshare": 97, "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199,
                              "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                              "msgget": 186, "semget": 190, "inotify_init1": 26, "inotify_add_watch": 27,
                              "fanotify_init": 262, "bpf": 280, "add_key": 217, "request_key": 218, "keyctl": 219,
-                             "setsid": 157}),
+                             "setsid": 157, "vmsplice": 75, "splice": 76, "tee": 77}),
 }
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 
