@@ -30,6 +30,8 @@ import builtins
 import codecs
 import contextlib
 import errno
+import importlib.machinery
+import importlib.util
 import io
 import json
 import os
@@ -519,7 +521,8 @@ def notebook_source(text, name="notebook.ipynb"):
       then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
       `OPTS.update(...)`-like calls that change a dict, list or set in place) that binds or changes a name kept code uses: in class and function bodies, default arguments, decorators,
       base classes, or another kept assignment. A star import is kept when some used name is
-      bound nowhere else. Nothing else runs: loops, prints, plots, calls, unused imports
+      bound nowhere else, or, in its place, after kept code when its module is installed (it may
+      rebind what the classes use, as in the kernel). Nothing else runs: loops, prints, plots, calls, unused imports
       (tqdm, google.colab...), unused functions, classes and constants, anything calling
       get_ipython(). `from __future__` imports are kept, first.
 
@@ -719,9 +722,11 @@ def _statements(tree, code, cell, written=frozenset()):
             line = node.lineno
             start = starts[line - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
-        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names,
-                                (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement")
-                                if kind == "attaching" else ()))
+        if kind == "attaching":
+            reads = (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement")
+        else:
+            reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
+        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names, reads))
     return found
 
 
@@ -810,7 +815,8 @@ def _attached_or_dropped(statements):
     on a parameter), under that name, another bound to it (`registrar = add_to_class`, or `from
     utils import add_to_class as registrar` of a written module), or through a written module's
     name (`utils.add_to_class`); dropped otherwise: another function may do anything (train, plot)."""
-    defined = {name for s in statements if s.kind == "definition" and _sets_attributes(s.text) for name in s.binds}
+    defined = {name for s in statements if s.kind in ("definition", "statement") and _sets_attributes(s.text)
+               for name in s.binds}
     for statement in statements:  # names bound to such a function, in the notebook's order
         if statement.kind == "statement":
             defined |= {target for target, value in _plain_aliases(statement.text) if value in defined}
@@ -845,7 +851,10 @@ def _sets_attributes(text):
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
-    if not (tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef))):
+    first = tree.body[0] if tree.body else None
+    helper = isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef)) or (  # or `add_to_class = lambda C: ...`
+        isinstance(first, ast.Assign) and isinstance(first.value, ast.Lambda))
+    if not helper:
         return False  # a class (a Trainer(model), say) is no such helper
     parameters = {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
                   for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs)}
@@ -1018,11 +1027,37 @@ def _needed(statements):
                 pending += uses or ()
     unresolved = any(name not in binders and name not in ASKED and name not in _BUILTINS
                      and not name.startswith("__") for name in needed)
+    first_kept = min((index for index, keep in enumerate(state) if keep), default=len(statements))
     for index, statement in enumerate(statements):
-        if statement.kind == "future" or statement.kind == "star" and unresolved:
+        # A star import after kept code may rebind what it binds (`def softmax` for a demo, then
+        # `from torch.nn.functional import *`: the classes' softmax is torch's): kept in its place
+        # where its module is installed; one that is not (fastai in a demo cell) is dropped, as
+        # an unused import is.
+        rebinds = index > first_kept and _installed(statement.reads[0]) if statement.kind == "star" else False
+        if statement.kind == "future" or statement.kind == "star" and (unresolved or rebinds):
             state[index] = True
     futures = [s for s, keep in zip(statements, state) if keep and s.kind == "future"]
     return futures + [_only_needed(s, needed) for s, keep in zip(statements, state) if keep and s.kind != "future"]
+
+
+def _installed(module):
+    """Whether an absolute module can be found where the grader runs (the worker's interpreter),
+    without importing it or its packages (a package's __init__ may be slow, or do anything):
+    each level is looked up in the one above's folders."""
+    if not module or module.startswith("."):
+        return False
+    parts, spec = module.split("."), None
+    try:
+        for depth, part in enumerate(parts):
+            locations = None if depth == 0 else spec.submodule_search_locations
+            if depth and locations is None:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(part, locations) if depth else importlib.util.find_spec(part)
+            if spec is None:
+                return False
+    except (ImportError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def _only_needed(statement, needed):

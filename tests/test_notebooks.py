@@ -340,6 +340,20 @@ def test_a_star_import_is_kept_only_when_a_used_name_is_bound_nowhere():
                                   "class SelfAttention:\n    def show(self):\n        display(self, In, Out)")
 
 
+def test_a_star_import_after_kept_code_rebinds_as_in_the_kernel_when_installed():
+    """A lesson's numpy `def softmax` demo, then `from torch.nn.functional import *`, and classes
+    calling bare softmax(scores, dim=-1): in the kernel softmax is torch's by then (the import was
+    dropped, and the demo's ran: 4/48). A star import of a module the grader does not have stays out."""
+    source = kept("import numpy as np\n\ndef softmax(z):\n    return np.exp(z) / np.exp(z).sum()",
+                  "import torch\nfrom torch.nn.functional import *",
+                  "class SelfAttention(torch.nn.Module):\n    def forward(self, s):\n        return softmax(s, dim=-1)",
+                  "from fastai.vision.all import *")
+    assert names(source) == ["np", "softmax", "torch", "*", "SelfAttention"], source
+    namespace = {"__name__": "graded"}
+    exec(compile(code_of(source), "graded", "exec"), namespace)
+    assert namespace["softmax"] is namespace["torch"].nn.functional.softmax
+
+
 def test_an_import_of_several_modules_keeps_only_the_used_ones():
     """`import math, wandb` with only math used: wandb, which the grader does not have, goes."""
     source = kept("import math, wandb\nfrom torch import nn, optim as o\nfrom os import (path,\n    sep)",
@@ -682,6 +696,8 @@ def test_methods_attached_by_a_helper_of_the_notebook_are_kept_with_the_class():
 
 @pytest.mark.parametrize("attach", [
     "add_to_class(SelfAttention)(forward)",  # the decorator written as a call
+    "ligar = lambda Class: (lambda f: setattr(Class, 'forward', f) or f)\n\n"  # a helper written as a lambda
+    "@ligar(SelfAttention)\ndef forward3(self, x):\n    return x",
     "agregar(forward, clase=SelfAttention)",  # the class by keyword
     "registrar = add_to_class\n\n@registrar(SelfAttention)\ndef forward2(self, x):\n    return x",  # another name
 ])
