@@ -197,6 +197,43 @@ def test_torchs_global_settings_and_autocast_changed_by_a_module_are_named_and_p
     assert ran["outputs"][1].tolist() == again["outputs"][1].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
 
 
+DETERMINISM_SOURCE = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k=None):
+            super().__init__()
+            self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
+
+        def forward(self, x):
+            saved = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+            torch.use_deterministic_algorithms(True)
+            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+            if x.shape[1] == 2:
+                torch.use_deterministic_algorithms(True)
+            return self.W_Q(x), torch.empty(2, 3), torch.tensor([float(saved[0]), float(saved[1])])
+''')
+
+
+def test_memory_read_before_written_holds_nan_and_the_modules_deterministic_mode_is_its_own():
+    """The worker runs torch's deterministic algorithms, so torch.empty holds NaN in every grading;
+    a module sees them off, as a program starts, and one that turns them on is named (saving and
+    restoring them is no change)."""
+    started = Worker(DETERMINISM_SOURCE, Limits(request_s=10, memory_mib=1024))
+    started.start()
+    try:
+        built, kept, turned_on, again = started.calls("SelfAttention", [
+            build("s", 2), call("s", np.ones((1, 1, 2), np.float32)), call("s", np.ones((1, 2, 2), np.float32)),
+            call("s", np.ones((1, 1, 2), np.float32))])
+    finally:
+        started.stop()
+    assert "settings_changed" not in kept and np.isnan(kept["outputs"][1]).all()
+    assert kept["outputs"][2].tolist() == [0.0, 0.0]
+    assert turned_on["settings_changed"] == ["torch.use_deterministic_algorithms"]
+    assert "settings_changed" not in again and again["outputs"][2].tolist() == [0.0, 0.0]  # put back
+
+
 EVERY_SETTING_SOURCE = textwrap.dedent('''
     import torch
     from torch import nn

@@ -248,12 +248,7 @@ class Worker:
         # reference); every request leaves these as they are here (serve: GlobalSettings.restored)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        # memory a submission reads before writing it (torch.empty, baddbmm's default beta=1 onto
-        # it) holds NaN, not whatever the allocator left there: the same file, the same score
-        # (torch.utils.deterministic.fill_uninitialized_memory acts only with this on; warn_only:
-        # an operation without a deterministic kernel still runs). Set through torch._C: the public
-        # torch.use_deterministic_algorithms imports torch._inductor to set its flag too (0.8 CPU-s)
-        torch._C._set_deterministic_algorithms(True, warn_only=True)
+        DeterministicAlgorithms(torch)
         self.settings = GlobalSettings(torch)
         # what every request starts from: restored() brings the settings back to it after each one
         self.settings_at_start = self.settings.read()
@@ -736,6 +731,8 @@ class GlobalSettings:
         for owner, attribute in ((cudnn, "enabled"), (cudnn, "benchmark"), (cudnn, "deterministic"),
                                  (backends.mkldnn, "enabled")):
             entries[f"{owner.__name__}.{attribute}"] = _attribute(owner, attribute)
+        entries["torch.utils.deterministic.fill_uninitialized_memory"] = _attribute(
+            torch.utils.deterministic, "fill_uninitialized_memory")
         entries["torch.use_deterministic_algorithms"] = (
             lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
             lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1]))
@@ -828,6 +825,39 @@ def watch_autocast(torch, entered):
         return enter(self)
 
     autocast.__init__, autocast.__enter__ = asked, entering
+
+
+class DeterministicAlgorithms:
+    """torch's deterministic algorithms, on in the worker and off as a module sees them. On, so
+    that memory a submission reads before writing it (torch.empty, baddbmm's default beta=1 onto
+    it) holds NaN, not whatever the allocator left there: the same file, the same score
+    (torch.utils.deterministic.fill_uninitialized_memory acts only with them on; warn_only: an
+    operation without a deterministic kernel still runs). Off to the module, as a program starts:
+    torch.use_deterministic_algorithms and its two getters are wrapped to set and read a mode of
+    the program's, which GlobalSettings reads back and restores after each request as any other
+    setting (a module that turns them on is named; one that saves and restores them is not), and
+    which never changes the worker's own. Set through torch._C: the public call imports
+    torch._inductor to set its flag too (0.8 CPU-s)."""
+
+    def __init__(self, torch):
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
+        self.mode = (False, False)
+
+        @functools.wraps(torch.use_deterministic_algorithms)
+        def use_deterministic_algorithms(mode, *, warn_only=False):
+            self.mode = (bool(mode), bool(warn_only))
+
+        @functools.wraps(torch.are_deterministic_algorithms_enabled)
+        def are_deterministic_algorithms_enabled():
+            return self.mode[0]
+
+        @functools.wraps(torch.is_deterministic_algorithms_warn_only_enabled)
+        def is_deterministic_algorithms_warn_only_enabled():
+            return self.mode[1]
+
+        torch.use_deterministic_algorithms = use_deterministic_algorithms
+        torch.are_deterministic_algorithms_enabled = are_deterministic_algorithms_enabled
+        torch.is_deterministic_algorithms_warn_only_enabled = is_deterministic_algorithms_warn_only_enabled
 
 
 class ThreadCount:
