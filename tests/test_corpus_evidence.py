@@ -1399,3 +1399,14 @@ def test_baddbmm_onto_empty_memory_adds_what_that_memory_held():
             assert torch.isnan(sa(x)[1]).all() and torch.isfinite(wanted).all()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_key_rows_started_at_zero_leave_the_query_rows_no_gradient_but_rounding():
+    csa = load("causal_k_rows_zero_init")
+    csa = csa.CausalSelfAttention(config(csa))
+    x = torch.randn(2, 5, 8)
+    csa(x).pow(2).sum().backward()  # float64 (the fixture): rounding is ~1e-16 of the largest gradient
+    grad = csa.qkv.weight.grad
+    assert grad[:8].abs().max() < 1e-12 * grad.abs().max() and grad[8:16].abs().max() > 1e-3 * grad.abs().max()
+    keys = csa.qkv(x)[..., 8:16]
+    assert torch.equal(keys, keys[:, :1].expand_as(keys))  # every key is the bias: one score per query

@@ -362,14 +362,40 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
         # (a layer the fresh module no longer has, or has of another shape, replaced by its own
         # code since it was built, is not judged here: what it computes is, with the grader's
         # parameters, everywhere else)
-        dead = [f"{name}[{start}:{stop}]" for name, blocks in (rows or {}).items()
-                for start, stop in blocks if _has_rows(grads.get(name), stop) and not np.any(grads[name][start:stop])]
-        require(not dead, "initial_gradients_zero", names=dead)
+        dead = _dead_blocks(grads, rows or {}, SUSPECT_GRADIENT)
+        if dead:  # maybe rounding alone: judged again in float64, where a module can run so
+            confirmed, failed = runs_until_failure(fresh(), (tuple(as_float64(a) for a in args), {**graded[1], "float64": True}))
+            dead = [] if failed else _dead_blocks(confirmed[-1].grads, rows, DEAD_GRADIENT_64)
+            calling(replies[-1].call)  # the example is the student's call, not the grader's float64 copy
+        require(not dead, "initial_gradients_zero", names=[f"{name}[{start}:{stop}]" for name, start, stop in dead])
         return
     cut = [name for name in weights if grads.get(name) is None]
     require(not cut, "weights_detached", names=cut)
     zero = [name for name in weights if np.isfinite(grads[name]).all() and not np.any(grads[name])]
     require(not zero, "initial_gradients_zero", names=zero)
+
+
+# A block of rows whose gradient stays below SUSPECT_GRADIENT of the largest entry of any gradient
+# in the same call may hold rounding alone: keys that are all one vector (qkv's key rows at zero,
+# the bias left) give every query the same scores, and the query rows get float32 noise (~1e-9 of
+# it), not a gradient, while an honest small start gives them 1e-7 of it and more (normal(0,
+# 0.002); nanoGPT's 0.02: 6e-5). Such blocks are judged again in float64 (a copy of the module in
+# double), where that noise is ~1e-16 of it: below DEAD_GRADIENT_64 a block gets none.
+SUSPECT_GRADIENT, DEAD_GRADIENT_64 = 1e-4, 1e-11
+
+
+def _dead_blocks(grads, rows, below):
+    """(name, start, stop) of each block of rows whose gradient is at most `below` times the
+    largest entry of any finite gradient in grads (exactly zero, when every gradient is)."""
+    finite = [np.abs(g).max() for g in grads.values() if isinstance(g, np.ndarray) and g.size and np.isfinite(g).all()]
+    largest = float(max(finite, default=0.0))
+    return [(name, start, stop) for name, blocks in rows.items() for start, stop in blocks
+            if _has_rows(grads.get(name), stop) and float(np.abs(grads[name][start:stop]).max(initial=0.0)) <= below * largest]
+
+
+def as_float64(value):
+    """An input array in float64 (a mask or anything else as it is)."""
+    return value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
 
 
 def _has_rows(grad, stop):

@@ -282,7 +282,8 @@ class Remote:
 
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
-          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, **kwargs):
+          in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, float64=False,
+          **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -296,7 +297,7 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     parameters.direction(seed), then put back; backward_from (with grad): the output backward runs
     from (1: the weights a forward returns); moved_for_good (with a device): the module itself
     moves there for good, not a copy; inference (without grad): the call runs under
-    torch.inference_mode()."""
+    torch.inference_mode(); float64: on a copy of the module in double (send float64 inputs)."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
@@ -304,7 +305,8 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
             "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
-            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference}
+            "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference,
+            "float64": float64}
 
 
 # Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).

@@ -382,7 +382,8 @@ class Worker:
 
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
-                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False):
+                rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False,
+                float64=False):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -405,7 +406,9 @@ class Worker:
         On another device than the CPU, the call runs on a copy moved there; moved_for_good: on the
         module itself, moved with .to(device) and left there, as a user moves a model they tried
         (what is keyed by the module's identity, an lru_cache on a method, stays valid).
-        inference (without grad): under torch.inference_mode(), as a validation pass runs."""
+        inference (without grad): under torch.inference_mode(), as a validation pass runs. float64:
+        on a copy of the module in double (the grader sends float64 inputs), where rounding is
+        ~1e-16: a gradient that float32 leaves at noise is told from none."""
         torch = self.torch
         module = self.instances[handle]
         if reload is not None:
@@ -414,9 +417,11 @@ class Worker:
             with self._perturbed(module, perturb, self.layers[handle]):
                 return self.op_call(handle, method, args, kwargs, train, seed, grad, trace, device, noncontiguous,
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
-                                    inference)
+                                    inference, float64)
         if device != "cpu":
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
+        if float64:
+            module = copy.deepcopy(module).double()
         params, _, _, submodules, _ = members(module, self.layers[handle])
         if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
