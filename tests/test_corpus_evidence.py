@@ -1410,3 +1410,14 @@ def test_key_rows_started_at_zero_leave_the_query_rows_no_gradient_but_rounding(
     assert grad[:8].abs().max() < 1e-12 * grad.abs().max() and grad[8:16].abs().max() > 1e-3 * grad.abs().max()
     keys = csa.qkv(x)[..., 8:16]
     assert torch.equal(keys, keys[:, :1].expand_as(keys))  # every key is the bias: one score per query
+
+
+def test_one_max_per_matrix_leaves_rows_far_below_it_as_zero_over_zero():
+    mha = load("mha_softmax_max_per_matrix").MultiHeadAttention(8, 2, dropout=0.0).eval()
+    query = torch.zeros(1, 2, 8)
+    query[0, 0] = 100.0  # row 0's scores reach thousands, row 1's are 0: exp(0 - max) underflows
+    key = torch.randn(1, 3, 8, generator=torch.Generator().manual_seed(2)) * 30
+    with torch.no_grad():
+        got = mha(query, key, key)[1]
+        wanted = multi_head(mha, query, key, key)[1]
+    assert torch.isfinite(wanted).all() and not torch.isfinite(got).all()

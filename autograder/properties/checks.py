@@ -1337,8 +1337,11 @@ def inputs_unchanged(reply, names):
 
 
 # A gradient an input must not get: exactly zero for every correct module tried (masked weights are
-# exactly 0, so their backward terms are too); the relative bound only absorbs kernels that round.
-GRADIENT_LEAK = 1e-6
+# exactly 0, so their backward terms are too); the relative bound absorbs rounding: a softmax that
+# subtracts one max per matrix (not per row) sends float32's residue of that max, 1.2e-6 of the
+# largest gradient, to a key the row cannot read (its mistake is the overflow at large inputs,
+# named there). A fill that leaks forward is masked_zero's (any weight above 0 there).
+GRADIENT_LEAK = 1e-5
 
 
 def no_gradient_where_blocked(grad, blocked, what, row):
