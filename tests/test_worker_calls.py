@@ -234,6 +234,39 @@ def test_memory_read_before_written_holds_nan_and_the_modules_deterministic_mode
     assert "settings_changed" not in again and again["outputs"][2].tolist() == [0.0, 0.0]  # put back
 
 
+DRAWN_AT_IMPORT_SOURCE = textwrap.dedent('''
+    import random
+    import numpy as np
+    import torch
+    from torch import nn
+
+    DRAWN = [torch.rand(1).item(), float(np.random.rand()), random.random()]
+
+    class SelfAttention(nn.Module):
+        def __init__(self, d_model, d_k=None):
+            super().__init__()
+            self.W_Q = nn.Linear(d_model, d_k or d_model, bias=False)
+
+        def forward(self, x):
+            return self.W_Q(x), torch.tensor(DRAWN)
+''')
+
+
+def test_what_a_submission_draws_at_import_is_the_same_in_every_worker():
+    """Unseeded, a fresh process draws from the system's entropy: a file deciding anything on a
+    draw at import scored 43 or 48 by chance (and the forks of one zygote shared its state)."""
+    drawn = []
+    for _ in range(2):
+        started = Worker(DRAWN_AT_IMPORT_SOURCE, Limits(request_s=10, memory_mib=1024))
+        started.start()
+        try:
+            _, ran = started.calls("SelfAttention", [build("s", 2), call("s", np.ones((1, 1, 2), np.float32))])
+        finally:
+            started.stop()
+        drawn.append(ran["outputs"][1].tolist())
+    assert drawn[0] == drawn[1]
+
+
 EVERY_SETTING_SOURCE = textwrap.dedent('''
     import torch
     from torch import nn
