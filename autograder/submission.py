@@ -512,9 +512,9 @@ def notebook_source(text, name="notebook.ipynb"):
 
     - A cell that starts with a cell magic is dropped whole (%%bash, %%html, %%timeit, %%writefile
       of a file that is not Python...), except %%capture, %%time and %%prun, whose body the kernel
-      runs as Python, and %%writefile of a .py (attention.py, or a module the notebook then imports
-      from: `from capas import SelfAttention` is dropped, its code being here already): their
-      magic line alone is dropped. Markdown and raw cells never count.
+      runs as Python, and %%writefile of a .py (attention.py, or a module the notebook imports or
+      %runs: `from capas import SelfAttention` is dropped, its code being here already): their
+      magic line alone is dropped. A .py that is only written runs nowhere: dropped whole. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
     - A code cell over MAX_CELL_CODE is dropped whole, unparsed (the module's docstring: why).
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
@@ -532,10 +532,11 @@ def notebook_source(text, name="notebook.ipynb"):
     syntax error at the student's own line.
     """
     sources = _code_cells(text, name)
-    writes = {number: _written_module(_cell_magic(source.splitlines())[1]) or frozenset()
+    used = _modules_used(sources)
+    writes = {number: _written_module(_cell_magic(source.splitlines())[1], used) or frozenset()
               for number, source in enumerate(sources, 1)}
     written = set().union(*writes.values())
-    cells = [_cell_python(source) for source in sources]
+    cells = [_cell_python(source, used) for source in sources]
     size = 0
     for code, _ in cells:
         if "\0" in code:  # ast refuses it, as a ValueError or a SyntaxError depending on the Python
@@ -573,11 +574,11 @@ def notebook_source(text, name="notebook.ipynb"):
     return _module([(s.text, s.cell, s.line) for s in kept])
 
 
-def _cell_python(source):
+def _cell_python(source, used):
     """(Python, Python with `pass`) of a code cell, as many lines as the cell has: its IPython lines
     blank in the first, and in the second, when there is an indented one after some code, that one
     a `pass` (`if IN_COLAB:` over `    !pip install ...` needs a statement). ("", None) for a cell
-    dropped whole."""
+    dropped whole. used: _modules_used's (what a %%writefile cell must write to be kept)."""
     source = source.replace("\r\n", "\n").replace("\r", "\n")
     if not _MAYBE_IPYTHON.search(source):
         return source, None
@@ -585,7 +586,7 @@ def _cell_python(source):
     first, magic = _cell_magic(lines)
     if magic is not None:
         words = magic[2:].split()
-        if not (words and words[0] in PYTHON_CELL_MAGICS or _written_module(magic) is not None):
+        if not (words and words[0] in PYTHON_CELL_MAGICS or _written_module(magic, used) is not None):
             return "", None
         lines[first] = ""
     ipython = _ipython_lines(lines)
@@ -610,11 +611,14 @@ def _cell_magic(lines):
     return (first, lines[first]) if first is not None and lines[first].startswith("%%") else (None, None)
 
 
-def _written_module(magic_line):
-    """The names the module a `%%writefile name.py` line writes (the exercise's file included) may
-    be imported by, or None: its cell is the code of that module, which the notebook then imports.
-    A file in a folder is imported by its dotted path from any folder above it (modelos/atencion.py
-    as `modelos.atencion`, or as `atencion` from inside modelos/; /content/x.py as `x`)."""
+def _written_module(magic_line, used):
+    """The names the module a `%%writefile name.py` line writes may be imported by, or None: its
+    cell is the code of that module when it is the exercise's file (attention.py: what the student
+    hands in) or one the notebook imports or runs (`used`: _modules_used); a file the kernel only
+    writes runs nowhere (a class fixed there and never imported once scored 48 where the notebook's
+    own earned 43). A file in a folder is imported by its dotted path from any folder above it
+    (modelos/atencion.py as `modelos.atencion`, or as `atencion` from inside modelos/; /content/x.py
+    as `x`)."""
     if magic_line is None:
         return None
     words = magic_line[2:].split()
@@ -624,7 +628,28 @@ def _written_module(magic_line):
     if path.suffix != ".py":
         return None
     parts = [part for part in path.with_suffix("").parts if part not in ("/", ".")]
-    return frozenset(".".join(parts[i:]) for i in range(len(parts)))
+    names = frozenset(".".join(parts[i:]) for i in range(len(parts)))
+    return names if path.name == EXERCISE.submission or names & used else None
+
+
+# What imports or runs a module the notebook may write: `import m`, `import a.m as x, n`,
+# `from m import ...` (also indented, in an if or try), `%run m.py` / `%run -i m.py`, and
+# exec(open("m.py").read()).
+_IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)"
+                       r"|from[ \t]+([\w.]+)[ \t]+import\b)", re.MULTILINE)
+_RUN = re.compile(r"""(?:^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+|\bexec\(\s*open\(\s*)['"]?([^'"\s)]+)\.py\b""", re.MULTILINE)
+
+
+def _modules_used(sources):
+    """The dotted module names a notebook's cells import or run (the code of every cell, read as
+    text: a cell that does not parse may still import)."""
+    used = set()
+    for source in sources:
+        for imports, origin in _IMPORTED.findall(source):
+            used.update(part.split()[0] for part in imports.split(",") if part.strip())
+            used.update([origin] if origin else ())
+        used.update(path.strip("./").replace("/", ".") for path in _RUN.findall(source))
+    return frozenset(used)
 
 
 def is_ipython_line(line):

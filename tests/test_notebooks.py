@@ -406,12 +406,25 @@ def test_a_cell_magic_drops_its_whole_cell(magic):
 
 
 @pytest.mark.parametrize("magic", ["%%capture", "%%capture salida --no-stderr", "%%time", "%%prun -s cumulative",
-                                   "%%writefile attention.py", "%%writefile -a 'tarea/attention.py'",
-                                   "%%writefile utils.py", "%%file otro.py"])
+                                   "%%writefile attention.py", "%%writefile -a 'tarea/attention.py'"])
 def test_cell_magics_whose_body_runs_as_python_keep_it(magic):
     source = kept(f"{magic}\n!pip install -q einops\n{CLASS}\nprint('hola')")
     assert names(source) == ["SelfAttention"]
     assert cell_lines(source).locate(1) == (1, 3)  # the magic line still counts in the cell
+
+
+@pytest.mark.parametrize("magic, runs", [
+    ("%%writefile utils.py", "import utils"), ("%%file otro.py", "from otro import SelfAttention"),
+    ("%%writefile modelos/capas.py", "if True:\n    import modelos.capas as capas"),
+    ("%%writefile utils.py", "%run -i utils.py"), ("%%writefile /content/utils.py", "exec(open('/content/utils.py').read())"),
+])
+def test_a_written_module_is_kept_only_where_the_notebook_imports_or_runs_it(magic, runs):
+    """A %%writefile of another .py than the exercise's runs nowhere unless the notebook imports or
+    runs it: a class fixed in such a cell and never imported scored 48 where the kernel's, the
+    notebook's own wrong one, earned 43."""
+    cell = f"{magic}\n{CLASS}"
+    assert "SelfAttention" in names(kept(cell, runs)), runs
+    assert "SelfAttention" not in names(kept(cell, "print('sin importar')"))
 
 
 def test_a_bash_cell_is_not_python_and_costs_nothing():
