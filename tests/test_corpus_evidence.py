@@ -1421,3 +1421,14 @@ def test_one_max_per_matrix_leaves_rows_far_below_it_as_zero_over_zero():
         got = mha(query, key, key)[1]
         wanted = multi_head(mha, query, key, key)[1]
     assert torch.isfinite(wanted).all() and not torch.isfinite(got).all()
+
+
+def test_constant_weights_for_one_position_are_right_but_carry_no_gradient():
+    sa = load("sa_one_position_constant_weights").SelfAttention(8, 4)
+    x = torch.randn(2, 1, 8)
+    output, weights = sa(x)
+    assert torch.allclose(weights, attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1])
+    assert not weights.requires_grad  # a loss on them cannot reach W_Q or W_K
+    reference = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]
+    reference.sum().backward()
+    assert sa.W_Q.weight.grad is not None and sa.W_K.weight.grad is not None

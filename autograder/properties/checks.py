@@ -306,7 +306,7 @@ def gradients_finite_when_large(reply):
     require(not bad, "gradient_not_finite_large", names=bad)
 
 
-def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None, rows=None):
+def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None, rows=None, one_key=None):
     """The module as a user starts with it (fresh(): one built with its own initial parameters,
     not values the grader loaded), evaluated once under torch.inference_mode() (a check before
     training), then run on `args` with autograd in eval, backward from its weights (output 1)
@@ -327,6 +327,9 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
     - Gradients are not all zero (initial_gradients_zero): W_Q and W_K set to zero make every
       score 0, and neither gets a gradient, while with any values the grader loads they look
       right. From the output (no weights): every parameter, as gradients_reach_every_parameter.
+    - With weights, one_key (args with a single key): the weights still lead back to `weights`
+      (all zero there: the softmax of one score is 1 whatever it is), so that a shortcut for one
+      position that returns constant weights (torch.ones, cut from the graph) is weights_detached.
     Anything else (a call that fails for another reason, gradients not finite) is the loaded
     module's to name, in the property's other checks."""
     from .harness import call_failure, runs_until_failure
@@ -373,6 +376,13 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
     require(not cut, "weights_detached", names=cut)
     zero = [name for name in weights if np.isfinite(grads[name]).all() and not np.any(grads[name])]
     require(not zero, "initial_gradients_zero", names=zero)
+    if one_key is not None:
+        replies, failed = runs_until_failure(fresh(), (one_key, {"grad": True, "backward_from": 1}))
+        if failed:  # a forward that fails on one key is the loaded module's to name, elsewhere
+            require(not (failed[1].message or "").startswith("backward(): "), "weights_detached", names=list(weights))
+            return
+        cut = [name for name in weights if replies[-1].grads.get(name) is None]
+        require(not cut, "weights_detached", names=cut)
 
 
 # A block of rows whose gradient stays below SUSPECT_GRADIENT of the largest entry of any gradient
