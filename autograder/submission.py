@@ -479,7 +479,7 @@ _HELP = re.compile(r"\s*(?:\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*")  # obj? and ??obj
 _MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
 _IMPORTS = (ast.Import, ast.ImportFrom)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete, ast.If, ast.Try,
+_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete, ast.If, ast.Try, ast.Match,
                *(getattr(ast, name) for name in ("TryStar", "TypeAlias") if hasattr(ast, name)))
 _SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # Methods that change a dict, list or set in place: `OPTS.update(...)` at the top of a cell modifies
@@ -747,8 +747,9 @@ def _statements(tree, code, cell, written=frozenset()):
             line = node.lineno
             start = starts[line - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
-        if kind == "attaching":
-            reads = (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement")
+        if kind == "attaching":  # (its function, what it is without it, whether only an annotation names the class)
+            reads = (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement",
+                     _patching(node) is not None and _attaching(node) == _patching(node))
         else:
             reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
         found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names, reads))
@@ -822,6 +823,24 @@ def _attaching(node):
         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
             if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
                 return function, argument.id
+    return _patching(node)
+
+
+def _patching(node):
+    """(the decorator, the graded class) of a def whose first parameter is annotated with a graded
+    class, under a decorator of the notebook's (fastcore's `@patch` written out: `def forward(self:
+    SelfAttention, x)` attached by reading that annotation), or None."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
+        return None
+    first = [*node.args.posonlyargs, *node.args.args][:1]
+    owner = first[0].annotation if first else None
+    owner = owner.id if isinstance(owner, ast.Name) else owner.value if isinstance(owner, ast.Constant) else None
+    if owner not in EXERCISE.class_names:
+        return None
+    for decorator in node.decorator_list:
+        function = _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        if function is not None:
+            return function, owner
     return None
 
 
@@ -839,7 +858,9 @@ def _attached_or_dropped(statements):
     where the notebook defines its function as one that sets attributes (setattr, or `cls.name =`
     on a parameter), under that name, another bound to it (`registrar = add_to_class`, or `from
     utils import add_to_class as registrar` of a written module), or through a written module's
-    name (`utils.add_to_class`); dropped otherwise: another function may do anything (train, plot)."""
+    name (`utils.add_to_class`); dropped otherwise: another function may do anything (train, plot).
+    One whose class only its first parameter's annotation names (_patching) is, otherwise, the
+    plain definition it was before (a decorated helper `def f(self: SelfAttention)` of another kind)."""
     defined = {name for s in statements if s.kind in ("definition", "statement") and _sets_attributes(s.text)
                for name in s.binds}
     for statement in statements:  # names bound to such a function, in the notebook's order
@@ -849,10 +870,13 @@ def _attached_or_dropped(statements):
     kept = []
     for statement in statements:
         if statement.kind == "attaching":
-            function, kind = statement.reads
+            function, kind, patched = statement.reads
             base, _, name = function.rpartition(".")
-            if not (name in defined and (not base or base in modules)):
+            attaches = name in defined and (not base or base in modules)
+            if not (attaches or patched):
                 continue
+            if not attaches:  # bound by its own name alone, kept where that is used
+                statement.binds = statement.binds[:-1]
             statement.kind, statement.reads = kind, ()
         kept.append(statement)
     return kept
@@ -893,8 +917,9 @@ def _sets_attributes(text):
 
 
 def _mutated(node):
-    """The name a statement such as `OPTS.update(...)` (see _MUTATORS) or `setattr(SelfAttention,
-    "forward", forward)` changes in place, or None."""
+    """The name a statement such as `OPTS.update(...)` (see _MUTATORS; also on an item or an
+    attribute of it, `OPTS["sa"].update(...)`) or `setattr(SelfAttention, "forward", forward)`
+    changes in place, or None."""
     call = node.value if isinstance(node, ast.Expr) else None
     if not isinstance(call, ast.Call):
         return None
@@ -904,6 +929,8 @@ def _mutated(node):
         target = call.args[0]
     else:
         return None
+    while isinstance(call.func, ast.Attribute) and isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value  # OPTS["sa"].update(...) changes OPTS (setattr's first argument is its own)
     return target.id if isinstance(target, ast.Name) else None
 
 

@@ -724,6 +724,33 @@ def test_every_form_of_attaching_through_a_notebook_helper_is_kept(attach):
     assert namespace["SelfAttention"].forward is not namespace["torch"].nn.Module.forward, source
 
 
+def test_a_patch_decorator_reading_the_self_annotation_attaches_and_other_decorated_helpers_stay_plain():
+    """fastcore's `@patch` written in the notebook: `def forward(self: SelfAttention, x)` is attached
+    by reading the annotation (43/48 when dropped); a def so annotated under a decorator that sets
+    nothing (functools.lru_cache) is the plain definition it was, kept where its name is used."""
+    source = kept("import functools\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    pass",
+                  "def patch(f):\n    setattr(f.__annotations__['self'], f.__name__, f)\n    return f",
+                  "@patch\ndef forward(self: SelfAttention, x):\n    return x",
+                  "@functools.lru_cache\ndef helper(self: SelfAttention, t):\n    return t\n\nSelfAttention.helper = helper",
+                  "@functools.lru_cache\ndef unused(self: SelfAttention):\n    return 1")
+    namespace = {"__name__": "graded"}
+    exec(compile(code_of(source), "graded", "exec"), namespace)
+    assert namespace["SelfAttention"].forward.__name__ == "forward" and "helper" in namespace, source
+    assert "unused" not in namespace
+
+
+def test_nested_options_changed_in_place_and_names_bound_in_a_match_are_kept():
+    """`OPTS["sa"].update(scale=True)` changes OPTS (43/48 when dropped); a constant bound in a top-level
+    `match` is kept as an `if` is (36/48: NameError)."""
+    source = kept("OPTS = {'sa': {'scale': False}}\nMODE = 'sqrt'",
+                  "match MODE:\n    case 'sqrt':\n        FN = abs\n    case _:\n        FN = None",
+                  "class SelfAttention:\n    def f(self):\n        return OPTS['sa']['scale'], FN",
+                  "OPTS['sa'].update(scale=True)")
+    namespace = {"__name__": "graded"}
+    exec(compile(code_of(source), "graded", "exec"), namespace)
+    assert namespace["SelfAttention"]().f() == (True, abs), source
+
+
 def test_a_helper_reached_through_a_written_module_attaches_too(monkeypatch):
     """`import utils` of a %%writefile module, then `@utils.add_to_class(SelfAttention)`."""
     source = kept("%%writefile utils.py\ndef add_to_class(Class):\n    def wrapper(obj):\n"
