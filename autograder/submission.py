@@ -727,8 +727,8 @@ def _statements(tree, code, cell, written=frozenset()):
                 kind = "future"
             else:
                 kind = "star" if names == ["*"] else "import"
-        elif _attaching(node):
-            kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), _attaching(node)[1])
+        elif attaching := _attaching(node):
+            kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
         elif isinstance(node, _DEFINITIONS):
             kind, names = "definition", (node.name,)
         elif isinstance(node, _STATEMENTS):
@@ -748,8 +748,7 @@ def _statements(tree, code, cell, written=frozenset()):
             start = starts[line - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
         if kind == "attaching":  # (its function, what it is without it, whether only an annotation names the class)
-            reads = (_attaching(node)[0], "definition" if isinstance(node, _DEFINITIONS) else "statement",
-                     _patching(node) is not None and _attaching(node) == _patching(node))
+            reads = (attaching[0], "definition" if isinstance(node, _DEFINITIONS) else "statement", attaching[2])
         else:
             reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
         found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names, reads))
@@ -805,7 +804,8 @@ def _as_in_the_kernel(node, data, starts, start, end):
 
 
 def _attaching(node):
-    """(the function, the graded class) of a statement that gives a graded class something through
+    """(the function, the graded class, whether only an annotation names it: _patching) of a
+    statement that gives a graded class something through
     a function of the notebook's: a call such as `agregar_metodo(SelfAttention, forward)` (the class
     by position or keyword), `add_to_class(SelfAttention)(forward)`, or a decorator such as D2L's
     `@add_to_class(SelfAttention)` on a def; the function as named there (`utils.add_to_class`
@@ -822,12 +822,12 @@ def _attaching(node):
             continue
         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
             if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
-                return function, argument.id
+                return function, argument.id, False
     return _patching(node)
 
 
 def _patching(node):
-    """(the decorator, the graded class) of a def whose first parameter is annotated with a graded
+    """(the decorator, the graded class, True) of a def whose first parameter is annotated with a graded
     class, under a decorator of the notebook's (fastcore's `@patch` written out: `def forward(self:
     SelfAttention, x)` attached by reading that annotation), or None."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
@@ -840,7 +840,7 @@ def _patching(node):
     for decorator in node.decorator_list:
         function = _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
         if function is not None:
-            return function, owner
+            return function, owner, True
     return None
 
 
