@@ -188,6 +188,19 @@ def test_the_key_scale_multiplies_those_rows_after_the_same_draws():
     assert short["qkv.weight"].shape == (6, 4)
 
 
+def test_unbiased_layers_get_zero_biases_after_the_same_draws():
+    shapes = {"qkv.weight": (12, 4), "qkv.bias": (12,), "proj.weight": (4, 4), "proj.bias": (4,)}
+    layers = ("qkv", "proj")
+    plain = parameters.draw(np.random.default_rng([5, 1]), shapes, layers)
+    unbiased = parameters.draw(np.random.default_rng([5, 1]), shapes, layers, unbiased=["qkv"])
+    assert np.any(plain["qkv.bias"]) and not np.any(unbiased["qkv.bias"])
+    assert unbiased["qkv.bias"].dtype == np.float32
+    for name in ("qkv.weight", "proj.weight", "proj.bias"):
+        np.testing.assert_array_equal(unbiased[name], plain[name])
+    # A layer without a bias (the student's bias=False) has none to set: nothing is added.
+    assert "qkv.bias" not in parameters.draw(np.random.default_rng(0), {"qkv.weight": (6, 4)}, layers, unbiased=["qkv"])
+
+
 @pytest.mark.parametrize("scale", [
     {"layer": "W_K", "rows": None},
     {"layer": "mask", "rows": None, "factor": 3.0},

@@ -160,6 +160,26 @@ def test_an_error_in_the_constructor_gets_the_constructors_hint_not_the_property
         assert hint.endswith(feedback.catalog("es")["hints"]["constructor.error"]), hint
 
 
+@pytest.mark.parametrize("message", [
+    "SelfAttention.forward() got an unexpected keyword argument 'mask'",
+    "SelfAttention.forward() takes 2 positional arguments but 3 were given",
+    "MultiHeadAttention.__init__() missing 1 required positional argument: 'num_heads'",
+])
+def test_a_call_that_does_not_fit_the_signature_gets_the_signatures_hint(message):
+    """Python's TypeError at the call itself: no hint about shapes or the property, which the call never reached."""
+    raised = Outcome("SelfAttention", "masked_zero", "error", "submission.exception",
+                     {**EXCEPTION, "exc_type": "TypeError", "message": message}, {"B": 1, "T": 2})
+    shapes = dataclasses.replace(raised, prop="shapes")
+    for outcome in (raised, shapes):
+        for language in ("es", "en"):
+            hint = feedback.message(outcome, language, feedback.Context([shapes, raised])).splitlines()[-1]
+            assert hint.endswith(feedback.catalog(language)["hints"]["signature.error"]), (language, hint)
+    inside = Outcome("SelfAttention", "masked_zero", "error", "submission.exception",
+                     {**EXCEPTION, "exc_type": "TypeError", "message": "unsupported operand type(s) for +: 'int' and 'NoneType'"},
+                     {"B": 1, "T": 2})
+    assert feedback.catalog("es")["hints"]["signature.error"] not in feedback.message(inside, "es")
+
+
 def test_a_timeout_gets_no_hint_about_the_property():
     outcome = Outcome("SelfAttention", "scale", "timeout", "submission.timeout",
                       {"cls": "SelfAttention", "op": "forward", "limit": 10}, {"B": 1, "T": 2})

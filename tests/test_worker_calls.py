@@ -166,7 +166,7 @@ SETTINGS_SOURCE = textwrap.dedent('''
             previous = torch.get_float32_matmul_precision()  # saved, set and put back: nothing to report
             torch.set_float32_matmul_precision("highest")  # (torch reads mkldnn.matmul's "none" as "ieee" after it)
             torch.set_float32_matmul_precision(previous)
-            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = False  # on by default: cudnn's convolutions of the program in full fp32
             torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # float32 matmuls in bfloat16, on this CPU too
             with torch.autocast("cpu", enabled=False):  # full precision asked for: nothing to report
                 pass
@@ -275,8 +275,10 @@ EVERY_SETTING_SOURCE = textwrap.dedent('''
         def __init__(self, d_model, d_k=None):
             super().__init__()
             backends = torch.backends
-            for owner in (backends, backends.cuda.matmul, backends.cudnn, backends.cudnn.conv, backends.cudnn.rnn):
+            for owner in (backends, backends.cuda.matmul, backends.cudnn):
                 owner.fp32_precision = "tf32"
+            for owner in (backends.cudnn.conv, backends.cudnn.rnn):  # TF32 by default (cudnn.allow_tf32)
+                owner.fp32_precision = "ieee"
             for owner in (backends.mkldnn, backends.mkldnn.matmul, backends.mkldnn.conv, backends.mkldnn.rnn):
                 owner.fp32_precision = "bf16"
             backends.cuda.matmul.allow_fp16_reduced_precision_reduction ^= True

@@ -238,6 +238,8 @@ def _hint(outcome, hints):
     cls, prop = outcome.cls, outcome.prop
     if outcome.status == "failed":
         keys = (f"{cls}.{prop}.{outcome.code}", f"{prop}.{outcome.code}", f"*.{outcome.code}", f"{cls}.{prop}", prop)
+    elif outcome.code == "submission.exception" and _call_does_not_fit(outcome.params):
+        keys = ("signature.error",)  # the call itself did not fit: nothing the property checks was reached
     elif outcome.code == "submission.exception" and outcome.params.get("op") == "__init__":
         keys = ("constructor.error",)  # the module was never built: nothing the property checks was reached
     elif outcome.code == "submission.exception":
@@ -245,6 +247,16 @@ def _hint(outcome, hints):
     else:
         return None
     return next((hints[key] for key in keys if key in hints), None)
+
+
+# Python's own TypeError when a call does not fit the function's parameters (a renamed or missing
+# argument of the statement's signature), for forward or the constructor.
+_SIGNATURE_MISMATCH = re.compile(r"(forward|__init__)\(\) (got an unexpected keyword argument|got multiple values for "
+                                 r"argument|missing \d+ required|takes \d+ positional|takes from \d+ to \d+ positional)")
+
+
+def _call_does_not_fit(params):
+    return params.get("exc_type") == "TypeError" and bool(_SIGNATURE_MISMATCH.search(params.get("message") or ""))
 
 
 # Switches of a failing call said in words after it ("en modo entrenamiento"), and those not shown:
@@ -352,9 +364,10 @@ class Context:
     def shapes_first(self, outcome, language):
         """The hint for an exception in a property other than `shapes` of a class whose `shapes` test
         fails too: forward breaks on plain inputs already, so that test (and its hint) comes first.
-        Not for an exception in __init__, which the constructor's own hint is about."""
+        Not for an exception in __init__, which the constructor's own hint is about, nor for a call
+        that does not fit the signature, which the signature's hint is about."""
         if (outcome.code != "submission.exception" or outcome.prop == "shapes" or outcome.cls not in self.bad_shapes
-                or outcome.params.get("op") == "__init__"):
+                or outcome.params.get("op") == "__init__" or _call_does_not_fit(outcome.params)):
             return None
         hints = catalog(language)["hints"]
         first = label("shapes_first", language, shapes=title(outcome.cls, "shapes", language))

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import reference
-from .failures import PropertyFailure, call_at_fault, calling, diagnose_again, expect_close, require, second_opinion
+from .failures import PropertyFailure, as_array, call_at_fault, calling, diagnose_again, expect_close, require, second_opinion
 from ..worker.submission_errors import SubmissionError
 
 ROW_SUM_ATOL = 1e-5
@@ -516,14 +516,14 @@ def train_gradients_match_reference(reply, params, weights, p, output_from, weig
     Dropout that autograd does not see (applied through .data, a mask drawn again when a checkpoint
     recomputes it) or an output that, with autograd on, comes from another draw shows here.
     Whether it judged: where it did not, gradients_are_the_forwards can."""
-    if len(reply.outputs) < 2 or not isinstance(reply.outputs[1], np.ndarray) or reply.outputs[1].shape != weights.shape:
+    returned = reply.values(1)
+    if returned is None or returned.shape != weights.shape:
         return False
-    returned = reply.outputs[1].astype(np.float64)
     kept = returned != 0
     if not np.allclose(returned[kept], weights[kept] / (1 - p), rtol=1e-4, atol=1e-6):
         return False  # not a dropout of the reference's weights: not judged against the reference
     factor = kept / (1 - p)
-    output = reply.outputs[0]
+    output = reply.values(0)
     expected = output_from(params, returned, {})
     require(isinstance(output, np.ndarray) and output.shape == expected.shape
             and np.allclose(output, expected, rtol=1e-4, atol=1e-5), "train_output_not_from_weights", p=p)
@@ -584,7 +584,7 @@ def gradients_are_the_forwards(module, call, reply, upstream):
                                      (moved(-PERTURB_STEP), {**options, "perturb": {"seed": seed, "step": -PERTURB_STEP}}),
                                      (args, plain))
     index = int(options.get("backward_from", 0))
-    outputs = [r.outputs[index] if len(r.outputs) > index else None for r in (reply, again, plus, minus)]
+    outputs = [r.values(index) for r in (reply, again, plus, minus)]
     if not all(isinstance(o, np.ndarray) and o.shape == upstream.shape for o in outputs):
         return
     _same_without_autograd(reply, again)
@@ -614,9 +614,10 @@ def same_without_autograd(module, call, reply):
 
 
 def _same_without_autograd(reply, again):
-    got, plain = (r.outputs[0] if r.outputs else None for r in (reply, again))
-    if isinstance(got, np.ndarray) and isinstance(plain, np.ndarray) and got.shape == plain.shape:
+    plain, raw = again.values(0), (reply.outputs[0] if reply.outputs else None)
+    if plain is not None and isinstance(raw, np.ndarray) and raw.shape == plain.shape:
         calling(reply.call)
+        got = as_array(raw, plain.shape, "output")  # of another dtype with autograd on (bool, say): dtype_mismatch
         expect_close(got, plain, "output_changes_with_grad_mode", atol=1e-6, rtol=1e-5)
 
 
@@ -672,8 +673,8 @@ def no_gradient_where_its_forward_is_blind(module, call, reply, blocked, row, na
     for index in names:
         moved[int(index)][blocked] = rng.standard_normal(moved[int(index)][blocked].shape).astype(moved[int(index)].dtype)
     before, after = module.runs((args, plain), (tuple(moved), plain))
-    rows = [r.outputs[0][..., row, :] if r.outputs and isinstance(r.outputs[0], np.ndarray) and r.outputs[0].ndim >= 2
-            else None for r in (reply, before, after)]
+    rows = [None if (output := r.values(0)) is None or output.ndim < 2 else output[..., row, :]
+            for r in (reply, before, after)]
     if any(r is None or r.shape != rows[0].shape for r in rows):
         return  # outputs of another shape: shapes' to name
     _same_without_autograd(reply, before)
@@ -822,10 +823,10 @@ def dropout_not_tied_to_autograd(module, call, evaluated, **params):
     Costs an exchange only on that path."""
     args, options = call
     again = module.run(*args, **{**options, "grad": True})
-    first = again.outputs[0] if again.outputs else None
+    first = again.values(0)
     # an output of another form with autograd (a meta tensor, another shape) moved too
     moved = not (isinstance(first, np.ndarray) and first.shape == np.shape(evaluated)
-                 and np.array_equal(first.astype(np.float64), evaluated, equal_nan=True))
+                 and np.array_equal(first, evaluated, equal_nan=True))
     require(not moved, "dropout_depends_on_grad_mode", **params)
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from ..exercise import EXERCISE
 from ..worker import parameters
 from ..worker.client import MAX_REQUESTS
-from ..worker.submission_errors import SubmissionError, SubmissionHalted
-from .failures import PropertyFailure, as_array, calling, exchanged
+from ..worker.submission_errors import KINDS, SubmissionError, SubmissionHalted
+from .failures import PropertyFailure, as_array, calling, exchanged, second_opinion
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
@@ -46,6 +46,13 @@ class Reply:
             return None
         value = self.outputs[index]
         return list(value["meta_shape"]) if isinstance(value, dict) else list(value.shape)
+
+    def values(self, index):
+        """Output `index` as float64 for arithmetic that judges something else (its form is the
+        business of the property that reads it through output()): None when it is missing, on the
+        meta device or not of a floating dtype (bool outputs would break numpy's subtraction)."""
+        value = self.outputs[index] if index < len(self.outputs) else None
+        return value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else None
 
     def output(self, index, shape, what):
         """One output, checked; a failure from now on is about this reply's call (the last one read)."""
@@ -192,14 +199,16 @@ class Remote:
         """The contract layers' parameters as loaded (float64): only for a module built with load_seed."""
         return self.build()._params
 
-    def reloading(self, seed):
+    def reloading(self, seed, unbiased=()):
         """(the call option `reload` that gives the module new values for its contract layers
         first, drawn from seed; those values in float64, for the reference): the same module after
         an optimizer step, say, written through .data (`p.data -= lr * p.grad`, which `_version`
         does not count); with {**reload, "step": True}, written as optimizer.step() writes them
-        (which it counts). Only for a module built with load_seed, without load_scale."""
-        chosen = parameters.draw(np.random.default_rng(seed), self.param_shapes, self.layers)
-        return {"seed": seed, "layers": list(self.layers)}, {k: v.astype(np.float64) for k, v in chosen.items()}
+        (which it counts). unbiased: layers whose biases are zero (parameters.draw). Only for a
+        module built with load_seed, without load_scale."""
+        chosen = parameters.draw(np.random.default_rng(seed), self.param_shapes, self.layers, unbiased=unbiased)
+        option = {"seed": seed, "layers": list(self.layers), **({"unbiased": list(unbiased)} if unbiased else {})}
+        return option, {k: v.astype(np.float64) for k, v in chosen.items()}
 
     @property
     def missing_layers(self):
@@ -592,6 +601,35 @@ def also_at(check=None, **arguments):
         test.also_at = [*getattr(test, "also_at", []), (check, arguments)]
         return test
     return tag
+
+
+def judged_again_at(typical):
+    """For `attends`, whose failure gates the class's other properties (grading.yml's requires): it
+    judges whether the module computes attention, not whether it runs at every size. Where the
+    module raises at the drawn dims (an exception only some inputs meet: `assert T < block_size`,
+    off by one), the same judgement at `typical` dims (strategies.TYPICAL_*) decides: passed there,
+    the exception is left to the properties whose calls meet it; raised there too, the first one
+    stands (a file that raises on purpose stays gated); no attention there fails with that."""
+    def wrap(body):
+        @functools.wraps(body)
+        def judged(worker, dims):
+            try:
+                return body(worker, dims)
+            except SubmissionError as error:
+                if not KINDS[error.kind].input_dependent or dims == typical:
+                    raise
+
+                def raises_there_too():
+                    try:
+                        body(worker, typical)
+                    except SubmissionError:
+                        return True
+                    return False
+
+                if second_opinion(raises_there_too):
+                    raise
+        return judged
+    return wrap
 
 
 def graded(cls, prop):

@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
-from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, judged_again_at, long_time, one_row,
                       runs_until_failure)
-from .strategies import LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import TYPICAL_CAUSAL, LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -241,6 +241,24 @@ def test_reference_match(worker, dims, short, scales):
                                       **dims, "n_head": heads, "block_size": dims["block_size"] + 1,
                                       "n_embd": heads * (dims["n_embd"] // dims["n_head"] + 1)}))
     trains_without_dropout_as_in_eval(worker, {**dims, "T": short}, xs[1], second)
+    scores_of_a_zero_input(worker, {**dims, "T": short}, xs[1], rng)
+
+
+def scores_of_a_zero_input(worker, dims, x, rng):
+    """Once more, with qkv's bias at zero and one position's input a zero vector (a padding token):
+    its query and key are zero, so its row of scores and its column are exactly 0, which a mask
+    read from the scores (`att * mask`, then `masked_fill(att == 0, ...)`) takes for masked
+    positions. The other classes' zero-vector calls need no bias set: their layers have none."""
+    module = loaded(worker, dims)[0]
+    reload, changed = module.reloading(int(rng.integers(2 ** 31)), unbiased=("qkv",))
+    position = int(rng.integers(dims["T"]))
+    zeroed = x.copy()
+    zeroed[:, position] = 0.0
+    reply = module.run(zeroed, reload=reload)
+    want, bound = reference.causal_self_attention_bounded(changed, dims["n_head"], zeroed.astype(np.float64))
+    calling(reply.call)
+    checks.matches_reference(output(reply, dims), want, bound, "causal_reference_mismatch_zero_input",
+                             what="output", position=position)
 
 
 def trains_without_dropout_as_in_eval(worker, dims, x, magnitude):
@@ -782,6 +800,7 @@ def test_device(worker, dims, fused):
 
 @graded(CLS, "attends")
 @given(dims=causal_dims(min_time=3))
+@judged_again_at(TYPICAL_CAUSAL)
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the
     K rows of qkv scaled by checks.SCALE_FACTOR), or its queries (the Q rows), must return another

@@ -244,10 +244,11 @@ class Worker:
         gc.freeze()
         gc.enable()
         torch.set_num_threads(1)
-        # true fp32 everywhere (on cuda too: TF32 matmuls would blur the comparison with the
-        # reference); every request leaves these as they are here (serve: GlobalSettings.restored)
+        # true fp32 matmuls (on cuda too: TF32 would blur the comparison with the reference);
+        # cudnn's TF32, for convolutions, stays at torch's default (on): a module that turns it off
+        # changes the program's settings too. Every request leaves these as they are here (serve:
+        # GlobalSettings.restored)
         torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
         DeterministicAlgorithms(torch)
         self.settings = GlobalSettings(torch)
         # what every request starts from: restored() brings the settings back to it after each one
@@ -351,7 +352,8 @@ class Worker:
             raise StudentError("uninitialized_parameters", ", ".join(lazy)[:200])
         shapes = {name: list(p.shape) for name, p in own.items()}
         if load is not None:
-            values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"))
+            values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"),
+                                     load.get("unbiased", ()))
             with self.torch.no_grad():
                 for name, value in values.items():
                     # through .data: the write leaves `_version` as it was, so a cache keyed on
@@ -462,14 +464,17 @@ class Worker:
         # pre-hook that converts the mask is part of the module); other methods directly
         called = module if method == "forward" else getattr(module, method)
         autograd = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
-        with autograd, self._tracing(traced, rolled):
+        with autograd, self._tracing(traced, rolled), self._copies_out(device):
             result = called(*args, **kwargs)
             if not inference and torch.is_grad_enabled() != grad:  # left so past the call: the with block hides it
                 self.asked.add("torch.set_grad_enabled")
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        for value in outputs:
+        for index, value in enumerate(outputs):
             if type(value) is not torch.Tensor:
                 raise StudentError("bad_output", type(value).__name__)  # the type's name: the feedback words it
+            if value.device.type != torch.device(device).type:  # a copy to the CPU returned (_copies_out)
+                raise StudentError("exception", f"output {index} is on device {value.device.type}, not on the "
+                                   f"expected device {device} of the module and its inputs", exc_type="RuntimeError")
             with torch._C.DisableTorchFunctionSubclass():
                 if torch.Tensor.is_complex(value):  # its real part alone would pass for the output
                     raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
@@ -673,6 +678,36 @@ class Worker:
         if array.dtype not in wire.DTYPE_NAMES:
             array = array.astype(np.float32)
         return array
+
+    def _copies_out(self, device):
+        """On the meta device, a copy to the CPU (.cpu(), .to("cpu"), .numpy(), .tolist(), numpy's
+        asarray) of a meta tensor gets a CPU tensor of its shape and dtype, without its values
+        (meta has none), as on a real accelerator it gets them: a copy kept aside (an attention
+        map saved for a plot) is no device bug, while one computed with next to the module's own
+        tensors still fails with torch's device error, and one returned fails in op_call."""
+        if device != "meta":
+            return contextlib.nullcontext()
+        from torch.overrides import TorchFunctionMode
+
+        torch = self.torch
+        tensor = torch.Tensor
+        copies = (tensor.cpu, tensor.to, tensor.numpy, tensor.tolist, tensor.__array__)
+
+        class CopiesOut(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func not in copies or not args or not isinstance(args[0], tensor) or args[0].device.type != "meta":
+                    return func(*args, **kwargs)
+                source, dtype = args[0], args[0].dtype
+                if func is tensor.to:
+                    target, dtype, *_ = torch._C._nn._parse_to(*args[1:], **kwargs)
+                    if target is None or target.type != "cpu":
+                        return func(*args, **kwargs)
+                    return torch.empty(source.shape, dtype=dtype or source.dtype, device="cpu")
+                copy = torch.empty(source.shape, dtype=dtype, device="cpu")
+                return copy if func is tensor.cpu else func(copy, *args[1:], **kwargs)
+
+        return CopiesOut()
 
     def _tracing(self, counts, rolled=()):
         """While the call runs, count the calls of each torch.nn.functional function named in

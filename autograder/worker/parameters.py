@@ -11,9 +11,11 @@ import numpy as np
 MAX_FACTOR = 16.0
 
 
-def draw(rng, shapes, layers, scale=None):
+def draw(rng, shapes, layers, scale=None, unbiased=()):
     """float32 values for every parameter of `layers` among `shapes` (name -> shape), drawn from
     rng in the order of `shapes` (the module's named_parameters order), scaled by 1/sqrt(fan-in).
+    The biases of the layers in `unbiased` are then zero, after the same draws: a zero input gives
+    queries and keys of zero there, so scores exactly 0 (which a mask must not be taken for).
 
     scale={"layer", "rows": [start, stop] | None, "factor"} then multiplies those output rows of
     that layer (weight and bias) by factor, after the same draws: a module that differs from the
@@ -31,6 +33,9 @@ def draw(rng, shapes, layers, scale=None):
         for name in (f"{scale['layer']}.weight", f"{scale['layer']}.bias"):
             if name in values:  # rows past a layer's end (a student's wrong shape) are not there to scale
                 values[name][rows] *= np.float32(scale["factor"])
+    for layer in unbiased:
+        if f"{layer}.bias" in values:
+            values[f"{layer}.bias"] = np.zeros_like(values[f"{layer}.bias"])
     return values
 
 
