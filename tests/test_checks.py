@@ -445,3 +445,18 @@ def test_the_modules_of_each_submission_are_named_from_zero():
     built = [harness.Remote(first, "SelfAttention", d_model=2).handle for _ in range(3)]
     assert built == ["0", "1", "2"]
     assert harness.Remote(second, "SelfAttention", d_model=2).handle == "0"
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int64, np.uint8])
+def test_an_output_of_another_dtype_reaches_no_arithmetic_and_fails_as_its_dtype(dtype):
+    """A bool output with autograd on and another without once reached numpy's subtraction: a
+    TypeError, graded as the grader's own error. values() hands arithmetic floats only; the
+    autograd comparison names the dtype."""
+    odd = harness.Reply({"outputs": [np.ones((1, 2, 3), dtype)]})
+    plain = harness.Reply({"outputs": [np.zeros((1, 2, 3), np.float32)]})
+    assert odd.values(0) is None and harness.Reply({"outputs": []}).values(0) is None
+    assert plain.values(0).dtype == np.float64
+    with pytest.raises(PropertyFailure) as failed:
+        checks._same_without_autograd(odd, plain)
+    assert failed.value.code == "dtype_mismatch"
+    checks._same_without_autograd(odd, odd)  # nothing float to compare: another property's to name
