@@ -35,6 +35,7 @@ class Reply:
         self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
+        self.buffers_changed = raw.get("buffers_changed", [])  # the masks (boolean buffers) the call changed
         self.earlier_outputs_changed = raw.get("earlier_outputs_changed", 0)  # calls back whose outputs were written
         self.settings_changed = raw.get("settings_changed", [])  # torch's global settings the call changed
         self.call = call
@@ -112,6 +113,7 @@ class Remote:
                                          **({"args": [kwargs[k] for k in positional]} if positional else {}),
                                          **({"seed": None} if unseeded else {})})
         self._description = None
+        self._mask_changed = None  # the first reply whose call changed a mask of the module (buffers_changed)
 
     def twin(self):
         """Another module built as this one was (the same arguments and parameters), with no call
@@ -282,6 +284,12 @@ class Remote:
         requests = [("call", _call(self.handle, *args, **options)) for args, options in calls]
         replies = [Reply(raw, self._description_of(request)) for raw, request in zip(self._send(*requests), requests)]
         exchanged(self, calls, replies)
+        for reply in replies:  # a mask a call changed is another mask for every later call on the module
+            if self._mask_changed is not None:
+                calling(self._mask_changed.call)
+                raise PropertyFailure("mask_changed_by_call", names=self._mask_changed.buffers_changed)
+            if reply.buffers_changed:
+                self._mask_changed = reply
         return replies
 
     @property

@@ -42,8 +42,9 @@ def expected(params, dims, x):
     return reference.causal_self_attention(params, dims["n_head"], x.astype(np.float64))
 
 
-# causality's long call: six times the longest sequence the shape strategies draw (8).
-LONG_CAUSALITY = 48
+# causality's long calls: the statement's longest sequence (300), past 256: a mask built from
+# positions of a narrow dtype (uint8 wraps after 255) leaks only there.
+LONG_CAUSALITY = LONGEST_CAUSAL["T"]
 
 # What the worker calls the input (positional by index) -> the statement's name.
 INPUT_NAMES = {"0": "x"}
@@ -83,6 +84,7 @@ def test_parameter_count(worker, dims):
 
 
 @graded(CLS, "mask_buffer")
+@also_at(dims=LONGEST_CAUSAL)  # a mask built from positions of a narrow dtype (uint8) is wrong past 256 only
 @given(dims=causal_dims())
 def test_mask_buffer(worker, dims):
     module = build(worker, dims)
@@ -160,18 +162,21 @@ def test_causality(worker, dims, data):
                          position=position, path=f"fused={fused}")
     # ...and at a length beyond every other example's, on a module with a block_size that long and
     # the same parameters: a mask of a fixed size (or anything else made for short sequences) leaks there.
+    # Two tokens changed in turn: one drawn, and the last (every earlier row must ignore it).
     long = {**dims, "B": 1, "T": LONG_CAUSALITY, "block_size": LONG_CAUSALITY}
-    position = int(rng.integers(1, LONG_CAUSALITY))
-    example(**long, position=position)  # what a failure below is about
+    positions = sorted({int(rng.integers(1, LONG_CAUSALITY)), LONG_CAUSALITY - 1})
+    example(**long, positions=positions)  # what a failure below is about
     x = inputs(rng, long)
-    perturbed = x.copy()
-    perturbed[:, position] = gaussian(rng, 1, dims["n_embd"])
+    perturbed = [x.copy() for _ in positions]
+    for changed, position in zip(perturbed, positions):
+        changed[:, position] = gaussian(rng, 1, dims["n_embd"])
     replies, failed = runs_until_failure(another(worker, long, 0.0, load_seed=parameter_seed(dims)),
-                                         ((x,), {}), ((perturbed,), {}))
+                                         ((x,), {}), *(((changed,), {}) for changed in perturbed))
     if not failed:  # a length the module cannot take is reference_match's to name
-        before, after = (output(reply, long) for reply in replies)
-        expect_close(after[:, :position], before[:, :position], "future_leak_long", atol=1e-6, position=position,
-                     T=LONG_CAUSALITY)
+        before, *afters = (output(reply, long) for reply in replies)
+        for after, position in zip(afters, positions):
+            expect_close(after[:, :position], before[:, :position], "future_leak_long", atol=1e-6,
+                         position=position, T=LONG_CAUSALITY)
 
 
 def reference_beyond_examples(worker, dims, size, fused=False):

@@ -368,17 +368,16 @@ class Worker:
         nn.Linear layers have a bias, and the p of each nn.Dropout layer."""
         module = self.instances[handle]
         _, named_buffers, transient, modules, persistent = members(module, self.layers[handle])
-        buffers = {
-            name: {
-                "shape": list(b.shape),
-                "dtype": str(b.dtype).replace("torch.", ""),
-                "persistent": name in persistent,
-                # values only where a check reads them: a boolean mask, small (a module's other
-                # buffers, however large, must not push the reply over the frame cap)
-                "values": self._to_numpy(b) if b.dtype == self.torch.bool and b.numel() <= 1 << 12 else None,
-            }
-            for name, b in named_buffers.items()
-        }
+        # values only where a check reads them: boolean masks, up to the statement's longest block
+        # (300² entries) and MASK_VALUES in all (a module's other buffers, however large or many,
+        # must not push the reply over the frame cap)
+        room = MASK_VALUES
+        buffers = {}
+        for name, b in named_buffers.items():
+            shown = b.dtype == self.torch.bool and b.numel() <= room
+            room -= b.numel() if shown else 0
+            buffers[name] = {"shape": list(b.shape), "dtype": str(b.dtype).replace("torch.", ""),
+                             "persistent": name in persistent, "values": self._to_numpy(b) if shown else None}
         linear_bias = {
             name: sub.bias is not None
             for name, sub in modules.items()
@@ -431,7 +430,10 @@ class Worker:
             module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
         if float64:
             module = copy.deepcopy(module).double()
-        params, _, _, submodules, _ = members(module, self.layers[handle])
+        params, buffers, _, submodules, _ = members(module, self.layers[handle])
+        # boolean buffers (masks) as they were: a call must leave them so (see buffers_changed below)
+        masks = {name: b.clone() for name, b in buffers.items()
+                 if b.dtype == torch.bool and b.device.type == "cpu" and b.numel() <= MASK_VALUES}
         if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
             # a sixth of what a call on a small module costs, to set flags already set.
@@ -480,6 +482,7 @@ class Worker:
                     raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
         returned = [self._to_numpy(v) for v in outputs]
         reply = {"outputs": returned, "traced": traced,
+                 **self._masks_changed(module, masks),
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)),
                  "earlier_outputs_changed": self._earlier_outputs_changed(handle)}
@@ -496,6 +499,21 @@ class Worker:
                 reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)
                                         for name, leaf in leaves.items()}
         return reply
+
+    def _masks_changed(self, module, masks):
+        """{"buffers_changed": names} for the boolean buffers a call left with other values (or
+        another tensor of other values in their place: `self.mask = ~self.mask`), {} when none: a
+        mask flipped in place on every call is right one call in two, and the properties that meet
+        the other calls would name other things (contiguity, dropout, the signature)."""
+        changed = []
+        for name, before in masks.items():
+            try:
+                after = module.get_buffer(name)
+            except AttributeError:
+                continue  # removed: not a change of values the next call reads
+            if not (after.shape == before.shape and after.dtype == before.dtype and self.torch.equal(after, before)):
+                changed.append(name)
+        return {"buffers_changed": changed[:wire.MAX_DIMENSIONS]} if changed else {}
 
     @contextlib.contextmanager
     def _perturbed(self, module, perturb, layers):
@@ -747,6 +765,10 @@ class Worker:
 PRECISIONS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul", "mkldnn.conv",
               "mkldnn.rnn")
 MIXED = "mixed with fp32_precision"
+
+
+# Boolean buffer entries op_describe sends the values of, in all: 1 byte each on the wire.
+MASK_VALUES = 1 << 18
 
 
 class GlobalSettings:

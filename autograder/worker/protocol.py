@@ -23,6 +23,7 @@ which would be reported as the grading machine's fault.
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
              "modified": [str] (the inputs the call changed in place),
+             "buffers_changed": [str] (the boolean buffers, masks, whose values the call changed),
              "earlier_outputs_changed": int (how many calls back on the module a call whose returned
              tensor was written since was made: 1 the previous one; 0 none)}
   probe     {"cuda": bool}
@@ -109,8 +110,9 @@ def _call(reply, request):
         _names(reply["input_grads"], _array_or_none)
         for name, grad in reply["input_grads"].items():  # the gradient of an input has its shape
             _require(name in request.get("input_grads", ()) and (grad is None or grad.shape == _input_shape(request, name)))
-    if "modified" in reply:
-        _require(_short_names(reply["modified"]))
+    for names in ("modified", "buffers_changed"):
+        if names in reply:
+            _require(_short_names(reply[names]))
     if "earlier_outputs_changed" in reply:
         _require(type(reply["earlier_outputs_changed"]) is int and 0 <= reply["earlier_outputs_changed"] <= 1 << 20)
     _settings_changed(reply)
