@@ -356,7 +356,8 @@ def rare_dropout(worker, dims):
 
 def longest_dropout(worker, dims):
     """train_dropout on the longest sequences (strategies.LONGEST_*): the weights dropped as at
-    the strategies' sizes, and the output computed from them. Judged where eval gives the same
+    the strategies' sizes, at the rare rate too (RARE_P, its rate measured), and the output
+    computed from them. Judged where eval gives the same
     weights twice (dropout left on in eval is eval_deterministic's to name), the output from them
     only where the eval output is that function of the eval weights (a W_O or W_V mistake after
     the weights is reference_match's: it claimed the weights held no dropout zeros)."""
@@ -374,6 +375,12 @@ def longest_dropout(worker, dims):
         if failure.code != "dropout_not_applied":
             raise
         raise PropertyFailure("weights_not_dropped_at_shape", case=f"Tq={dims['Tq']}, Tk={dims['Tk']}", **failure.params) from None
+    # the rate, at the rare p, over this call's ~174k weights: a dropout drawn in bfloat16
+    # (torch.rand_like(w, dtype=torch.bfloat16) < p) drops 0.0059 there, 12 standard deviations off
+    rare = loaded(worker, dims, dropout=RARE_P)[0]
+    live = evaluated != 0
+    checks.dropout_rate(int(((outputs(rare.run(*args, train=True, seed=3), dims)[1] == 0) & live).sum()),
+                        int(live.sum()), RARE_P, "weights")
     value = args[2].astype(np.float64)
     from_eval = reference.multi_head_output_from_weights(module.params, dims["h"], value, evaluated)
     if not np.allclose(eval_output, from_eval, atol=1e-5, rtol=1e-4):
