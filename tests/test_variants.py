@@ -111,7 +111,8 @@ def test_fake_fails_attends_in_every_class(graded_run, name, language):
     run = graded_run(SUBMISSIONS / "fakes" / f"{name}.py")
     for cls in CLASSES:
         outcome = run.outcomes[(cls, "attends")]
-        assert outcome.status == "failed", (name, cls, outcome.code)
+        # an exception gates as a failure does (fakes/raises_where_attends_looks raises on purpose)
+        assert outcome.status == "failed" or outcome.code == "submission.exception", (name, cls, outcome.code)
         assert missing_parameters(outcome, language) == [], (name, cls, outcome.code, outcome.params)
         json.dumps(outcome.as_dict(), allow_nan=False)
 

@@ -64,3 +64,36 @@ def test_memory_kept_by_a_quick_request_fails_the_test_that_made_it(worker):
     with pytest.raises(SubmissionHalted) as again:  # the class stays stopped
         forward(worker, 2)
     assert again.value.error.kind == "memory"
+
+
+PAGE_TABLE_HOG = textwrap.dedent('''
+    import ctypes, mmap, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    base, step = 0x200000000000, 2 << 20
+    for i in range(20000):  # a 4 KiB region every 2 MiB, each read once: the zero page, a new page table
+        at = libc.mmap(base + i * step, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x100000, -1, 0)
+        ctypes.c_char.from_address(at).value
+    sys.stdout.write("ready\\n"); sys.stdout.flush()
+    sys.stdin.readline()
+''')
+
+
+def test_page_tables_count_as_the_memory_of_the_process_that_made_them():
+    """Read faults map only the shared zero page: RSS stays flat while each 2 MiB region costs the
+    kernel a page table (4 KiB): 20,000 regions, ~80 MB that RSS alone does not show."""
+    import subprocess
+    import sys
+
+    from autograder.worker import procfs
+
+    hog = subprocess.Popen([sys.executable, "-c", PAGE_TABLE_HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline() == "ready\n"
+        plain, = (p.rss for p in procfs.processes() if p.pid == hog.pid)
+        counted, = (p.rss for p in procfs.processes(page_tables=True) if p.pid == hog.pid)
+        assert plain < 60 << 20 and counted - plain > 60 << 20, (plain >> 20, counted >> 20)
+    finally:
+        hog.kill()
+        hog.wait()

@@ -13,8 +13,8 @@ import numpy as np
 from ..exercise import EXERCISE
 from ..worker import parameters
 from ..worker.client import MAX_REQUESTS
-from ..worker.submission_errors import KINDS, SubmissionError, SubmissionHalted
-from .failures import PropertyFailure, as_array, calling, exchanged, second_opinion
+from ..worker.submission_errors import SubmissionError, SubmissionHalted
+from .failures import PropertyFailure, as_array, calling, exchanged
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
@@ -609,35 +609,6 @@ def also_at(check=None, **arguments):
         test.also_at = [*getattr(test, "also_at", []), (check, arguments)]
         return test
     return tag
-
-
-def judged_again_at(typical):
-    """For `attends`, whose failure gates the class's other properties (grading.yml's requires): it
-    judges whether the module computes attention, not whether it runs at every size. Where the
-    module raises at the drawn dims (an exception only some inputs meet: `assert T < block_size`,
-    off by one), the same judgement at `typical` dims (strategies.TYPICAL_*) decides: passed there,
-    the exception is left to the properties whose calls meet it; raised there too, the first one
-    stands (a file that raises on purpose stays gated); no attention there fails with that."""
-    def wrap(body):
-        @functools.wraps(body)
-        def judged(worker, dims):
-            try:
-                return body(worker, dims)
-            except SubmissionError as error:
-                if not KINDS[error.kind].input_dependent or dims == typical:
-                    raise
-
-                def raises_there_too():
-                    try:
-                        body(worker, typical)
-                    except SubmissionError:
-                        return True
-                    return False
-
-                if second_opinion(raises_there_too):
-                    raise
-        return judged
-    return wrap
 
 
 def graded(cls, prop):

@@ -80,13 +80,6 @@ def causal_dims(draw, min_batch=1, min_time=1, min_block=1, max_block=None):
     }
 
 
-# Sizes in the middle of what the strategies draw, where `attends` judges a module again when it
-# raises at the drawn ones (harness.judged_again_at). MultiHeadAttention's query and keys are of one
-# length there: a module written for self-attention alone still shows whether it attends.
-TYPICAL_SELF_ATTENTION = {"B": 2, "T": 5, "d_model": 8, "d_k": 4, "seed": 3}
-TYPICAL_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 5, "h": 2, "d_model": 8, "seed": 3}
-TYPICAL_CAUSAL = {"B": 2, "T": 5, "block_size": 8, "n_head": 2, "n_embd": 8, "seed": 3}
-
 # Sizes of real models, far above what the strategies draw: the base Transformer's d_model = 512
 # with 8 heads of d_k = 64, for every class. scale, reference_match and
 # fused_equivalence run once more at them (harness.also_at): a mistake written only for wide layers

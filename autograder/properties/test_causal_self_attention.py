@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
-from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, judged_again_at, long_time, one_row,
+from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import TYPICAL_CAUSAL, LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -805,7 +805,6 @@ def test_device(worker, dims, fused):
 
 @graded(CLS, "attends")
 @given(dims=causal_dims(min_time=3))
-@judged_again_at(TYPICAL_CAUSAL)
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the
     K rows of qkv scaled by checks.SCALE_FACTOR), or its queries (the Q rows), must return another

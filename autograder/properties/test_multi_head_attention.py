@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, judged_again_at, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import TYPICAL_MULTI_HEAD, LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -664,7 +664,6 @@ def test_device(worker, dims):
 
 @graded(CLS, "attends")
 @given(dims=multi_head_dims(min_time=2))
-@judged_again_at(TYPICAL_MULTI_HEAD)
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
     (W_K scaled by checks.SCALE_FACTOR) must return other weights, and another output; and the

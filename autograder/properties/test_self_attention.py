@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, judged_again_at, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
-from .strategies import TYPICAL_SELF_ATTENTION, LONGEST_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import LONGEST_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
@@ -402,7 +402,6 @@ def test_device(worker, dims):
 
 @graded(CLS, "attends")
 @given(dims=self_attention_dims(min_time=2))
-@judged_again_at(TYPICAL_SELF_ATTENTION)
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
     (W_K scaled by checks.SCALE_FACTOR) must return other weights, and another output; and its rows

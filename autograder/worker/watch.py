@@ -15,12 +15,12 @@ DISK_CHECK_S = 1.0  # how often, without namespaces, the uid's files on disk are
 
 
 def worker_processes(session, uid=None):
-    """(pid, rss_bytes) of every process of the submission: as root, every process of the
+    """(pid, rss_bytes with its page tables) of every process of the submission: as root, every process of the
     worker's uid, what left the session (setsid) included, and no root stand-in of namespaces.py;
     otherwise every process in the worker's session."""
     if uid is not None:
-        return [(p.pid, p.rss) for p in procfs.processes(owners={uid}) if p.uid == uid]
-    return [(p.pid, p.rss) for p in procfs.processes(owners={os.geteuid()}) if p.session == session]
+        return [(p.pid, p.rss) for p in procfs.processes(owners={uid}, page_tables=True) if p.uid == uid]
+    return [(p.pid, p.rss) for p in procfs.processes(owners={os.geteuid()}, page_tables=True) if p.session == session]
 
 
 class ResourceWatch:
