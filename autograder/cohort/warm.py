@@ -45,7 +45,7 @@ class Zygote:
             self.close()
             self._start()
         message = {
-            "op": "fork", "workdir": str(sandbox.workdir), "submission": str(sandbox.submission),
+            "op": "fork", "workdir": str(sandbox.home), "submission": str(sandbox.submission),
             "env": sandbox.env(), "uid": sandbox.uid, "root": str(sandbox.root), "isolate": sandbox.isolate,
             "keep": sandbox.keep,
             "limits": asdict(sandbox.limits),

@@ -290,7 +290,7 @@ class Worker:
         return subprocess.Popen(
             [self.python, "-s", str(self.sandbox.child), str(req_r), str(resp_w), str(self.sandbox.submission)],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=(req_r, resp_w),
-            cwd=self.sandbox.workdir, env=self.sandbox.env(), start_new_session=True,
+            cwd=self.sandbox.home, env=self.sandbox.env(), start_new_session=True,
             preexec_fn=self.sandbox.preexec,
         )
 

@@ -301,6 +301,8 @@ class Sandbox:
     With a uid (root only), the sandbox leases the first free and clean uid from there on. Modes: the root is 0711 (enter, not list);
     submission/ is root's, readable by the worker's group alone; home/ and tmp/ are the worker's
     own (0700); the worker's code is public. Another worker, of another uid, can open none of it.
+    The worker runs in home/, as HOME says: a file opened by a relative path (a log file a script
+    opens at import) is written there, within the disk limits, not refused in submission/.
     """
 
     def __init__(self, source_text, limits, uid=None, python=sys.executable):
@@ -309,13 +311,13 @@ class Sandbox:
         self.uid, self.lease = lease_uid(uid) if uid is not None else (None, None)
         self.isolate = self.uid is not None and namespaces.available()
         self.root = Path(tempfile.mkdtemp(prefix=f"autograder-{self.uid}-" if self.uid is not None else "autograder-"))
-        self.workdir = self.root / "submission"
+        self.submission_dir = self.root / "submission"
         self.home = self.root / "home"
         self.tmp = self.root / "tmp"
         code_dir = self.root / "worker"
-        for folder in (self.workdir, self.home, self.tmp, code_dir):
+        for folder in (self.submission_dir, self.home, self.tmp, code_dir):
             folder.mkdir(mode=0o700)
-        self.submission = self.workdir / EXERCISE.submission
+        self.submission = self.submission_dir / EXERCISE.submission
         self.submission.write_text(source_text, encoding="utf-8")
         here = Path(__file__).resolve().parent
         for name in WORKER_FILES:
@@ -325,7 +327,7 @@ class Sandbox:
         self.root.chmod(0o711)
         code_dir.chmod(0o755)
         if self.uid is not None:
-            for path, owner, mode in ((self.workdir, 0, 0o750), (self.submission, 0, 0o640),
+            for path, owner, mode in ((self.submission_dir, 0, 0o750), (self.submission, 0, 0o640),
                                       (self.home, self.uid, 0o700), (self.tmp, self.uid, 0o700)):
                 os.chown(path, owner, self.uid)
                 path.chmod(mode)

