@@ -88,6 +88,10 @@ def causal_dims(draw, min_batch=1, min_time=1, min_block=1, max_block=None):
 WIDE_SELF_ATTENTION = {"B": 2, "T": 5, "d_model": 512, "d_k": 64, "seed": 5}
 WIDE_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 8, "d_model": 512, "seed": 5}
 WIDE_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 8, "n_embd": 512, "seed": 5}
+# A head count the strategies never draw (they draw 1 to 4; the wide sizes have 8): heads taken in
+# groups of 4, or any loop with a fixed step, leave some out only there.
+ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 6, "d_model": 12, "seed": 7}
+ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 6, "n_embd": 12, "seed": 7}
 
 # A sequence longer than any other call's (harness.LONG_TIMES stops at 112) and than 256, the
 # largest block a student who computes attention in chunks of queries or keys is likely to pick:

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import LONGEST_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -220,9 +220,10 @@ def test_scale(worker, dims):
                     reference.unscaled_scores(q_t, k_t))
 
 
-def wide_reference_match(worker, dims):
-    """reference_match at a real model's width and head count: cross-attention without and with a
-    mask, then self-attention (one tensor as query, key and value)."""
+def wide_reference_match(worker, dims, size="wide"):
+    """reference_match at a real model's width and head count (size "wide"), or at a head count
+    the strategies never draw (size "heads"): cross-attention without and with a mask, then
+    self-attention (one tensor as query, key and value)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     mask = closing_one(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"]))
@@ -236,15 +237,16 @@ def wide_reference_match(worker, dims):
                                                   calls[i][1].get("mask")), ("output", "weights"))
 
     checks.matches_beyond_examples(module, calls, lambda i, reply: outputs(reply, {**dims, "Tk": dims["Tq"]} if i == 2 else dims),
-                                   expected, "reference_mismatch_wide",
+                                   expected, f"reference_mismatch_{size}",
                                    width=f"d_model = {dims['d_model']}, num_heads = {dims['h']}")
 
 
 def longest_reference_match(worker, dims):
-    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a mask."""
+    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a mask
+    that closes a long prefix of keys in every other row (harness.left_padded)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
-    args, mask = cross_inputs(rng, dims), random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])
+    args, mask = cross_inputs(rng, dims), left_padded(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"]))
     want = reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)
     checks.matches_beyond_examples(module, [(args, {"mask": mask})], lambda i, reply: outputs(reply, dims),
                                    lambda i: zip(want, ("output", "weights")), "reference_mismatch_longest",
@@ -254,6 +256,7 @@ def longest_reference_match(worker, dims):
 @graded(CLS, "reference_match")
 @also_at(longest_reference_match, dims=LONGEST_MULTI_HEAD)  # after the wide one (decorators apply upwards)
 @also_at(wide_reference_match, dims=WIDE_MULTI_HEAD)
+@also_at(wide_reference_match, dims=ODD_HEADS_MULTI_HEAD, size="heads")
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
     """Calls on one module: inputs at each scale, the last with a mask, longer sequences

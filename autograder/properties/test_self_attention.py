@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import LONGEST_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -180,10 +180,11 @@ def wide_reference_match(worker, dims):
 
 
 def longest_reference_match(worker, dims):
-    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask."""
+    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask that closes a long
+    prefix of keys in every other row (harness.left_padded)."""
     module, rng = loaded(worker, dims)
     example(**dims)
-    x, mask = inputs(rng, dims), random_mask(rng, dims["B"], dims["T"], dims["T"])
+    x, mask = inputs(rng, dims), left_padded(random_mask(rng, dims["B"], dims["T"], dims["T"]))
     checks.matches_beyond_examples(
         module, [((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
         lambda i: zip(reference.self_attention(module.params, x.astype(np.float64), mask), ("output", "weights")),
