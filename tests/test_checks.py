@@ -460,3 +460,53 @@ def test_an_output_of_another_dtype_reaches_no_arithmetic_and_fails_as_its_dtype
         checks._same_without_autograd(odd, plain)
     assert failed.value.code == "dtype_mismatch"
     checks._same_without_autograd(odd, odd)  # nothing float to compare: another property's to name
+
+
+def _softmax(scores, axis=-1):
+    shifted = np.exp(scores - scores.max(axis=axis, keepdims=True))
+    return shifted / shifted.sum(axis=axis, keepdims=True)
+
+
+def test_weights_of_quadratic_scores_pass_and_a_hash_of_the_same_inputs_does_not():
+    """Any scale, biases on either side, a softmax over the wrong axis, heads that mix positions
+    (a split without transpose, unbiased as MultiHeadAttention's layers are): scores still
+    quadratic in the input. A function of the inputs'
+    sums (which moves with queries and keys all the same) is not."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 12, 6))
+    w_q, w_k = rng.standard_normal((6, 6)), rng.standard_normal((6, 6))
+    b_q, b_k = rng.standard_normal(6), rng.standard_normal(6)
+
+    def weights(x, form):
+        q, k = x @ w_q.T + b_q, x @ w_k.T + b_k
+        if form == "mixed":  # heads viewed without transpose (MultiHeadAttention's layers: no bias)
+            q, k = (x @ w_q.T).reshape(2, 2, 12, 3)[:, 1], (x @ w_k.T).reshape(2, 2, 12, 3)[:, 1]
+        scores = np.einsum("bid,bjd->bij", q, k)
+        return {"scaled": _softmax(scores / np.sqrt(3)), "negative": _softmax(-0.3 * scores),
+                "wrong_axis": _softmax(scores, axis=-2), "mixed": _softmax(scores)}[form]
+
+    for form in ("scaled", "negative", "wrong_axis", "mixed"):
+        checks.scores_from_similarity(weights(x, form)[:, None], weights(2 * x, form)[:, None])
+
+    def hashed(x):
+        sums = x.sum(-1)
+        return _softmax(4 * np.sin(37 * sums[:, :, None] + 53 * sums[:, None, :]))[:, None]
+
+    with pytest.raises(PropertyFailure) as failed:
+        checks.scores_from_similarity(hashed(x), hashed(2 * x))
+    assert failed.value.code == "weights_not_from_similarity"
+
+
+def test_causal_weights_are_read_back_from_the_output_where_it_combines_the_values():
+    rng = np.random.default_rng(4)
+    B, T, C = 3, 5, 6
+    x = rng.standard_normal((B, T, C))
+    params = {"qkv.weight": rng.standard_normal((3 * C, C)), "qkv.bias": rng.standard_normal(3 * C),
+              "proj.weight": rng.standard_normal((C, C)), "proj.bias": rng.standard_normal(C)}
+    q, k, v = np.split(x @ params["qkv.weight"].T + params["qkv.bias"], 3, axis=-1)
+    scores = np.where(np.tril(np.ones((T, T), bool)), q @ k.transpose(0, 2, 1) / np.sqrt(C), -np.inf)
+    weights = _softmax(scores)
+    output = (weights @ v) @ params["proj.weight"].T + params["proj.bias"]
+    np.testing.assert_allclose(checks.weights_behind_output(params, x, output), weights, atol=1e-9)
+    other_values = (weights @ (v + 1.0)) @ params["proj.weight"].T + params["proj.bias"]  # a mistake in V
+    assert checks.weights_behind_output(params, x, other_values) is None

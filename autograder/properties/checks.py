@@ -253,6 +253,86 @@ def rows_differ(weights, expected):
             expected=float(f"{want:.3g}"))
 
 
+# Weights above this enter scores_from_similarity's fit (their log is defined); its residual may be
+# BILINEAR_RTOL of the log-weights' spread, plus BILINEAR_ATOL: a softmax taken in bfloat16 (3
+# digits) leaves ~4e-3 there, float32 ~1e-6; weights that are no similarity leave 0.3 to 0.8 of it.
+BILINEAR_FLOOR, BILINEAR_RTOL, BILINEAR_ATOL = 1e-12, 0.05, 0.01
+# The factor on the input of scores_from_similarity's second call.
+INPUT_FACTOR = 2.0
+
+
+def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
+    """Weights of attention are a softmax, over keys, of scores that are quadratic forms of the
+    input (q_i·k_j with q and k linear in it, whatever projection, layout of the heads or scale):
+    with the input multiplied by `factor`, log w_ij grows by factor² times itself plus a term of
+    the row (the softmax's normaliser; a bias of the keys) and one of the column (a bias of the
+    queries; a softmax over the queries). weights and scaled_weights (B, H, Tq, Tk): the module's
+    at the input and at factor times it. Weights that move with queries and keys in any other way
+    (a hash of their values, a function of their sums: no similarity) leave a residual."""
+    B, H, Tq, Tk = weights.shape
+    rows = np.zeros((B, Tq, Tk, B * Tq))
+    cols = np.zeros((B, Tq, Tk, B * Tk))
+    for b in range(B):
+        rows[b, np.arange(Tq), :, b * Tq + np.arange(Tq)] = 1.0
+        cols[b, :, np.arange(Tk), b * Tk + np.arange(Tk)] = 1.0
+    design = np.concatenate([rows, cols], axis=-1)
+    for head in range(H):
+        w, scaled = weights[:, head], scaled_weights[:, head]
+        with np.errstate(invalid="ignore"):
+            used = np.isfinite(w) & np.isfinite(scaled) & (w > BILINEAR_FLOOR) & (scaled > BILINEAR_FLOOR)
+        if used.sum() < 1.5 * design.shape[-1]:
+            continue  # too few weights to tell (masked, or underflowed): another property's business
+        grown = factor ** 2 * np.log(w[used])
+        target = np.log(scaled[used]) - grown
+        fit, *_ = np.linalg.lstsq(design[used], target, rcond=None)
+        residual = float(np.sqrt(np.mean((design[used] @ fit - target) ** 2)))
+        spread = float(np.std(grown))
+        require(residual <= BILINEAR_RTOL * spread + BILINEAR_ATOL, "weights_not_from_similarity",
+                residual=float(f"{residual:.3g}"), spread=float(f"{spread:.3g}"))
+
+
+# How far an output may be from a combination of the values (relative) for the weights behind it
+# to be read back (weights_behind_output): float32 leaves ~1e-5 there; a mistake in V or proj, O(1).
+READ_BACK_RTOL = 1e-3
+
+
+def same_in_float64(single, double):
+    """A module's output in float32 and that of its float64 copy on the same input differ by
+    rounding alone (~1e-6 of their size): a module that computes something else in float64 would
+    have its float64 copy judged in its place."""
+    both_nan = np.isnan(double) & np.isnan(single)  # a row with every key masked: NaN in any precision
+    with np.errstate(invalid="ignore"):
+        gaps = np.where(both_nan, 0.0, np.nan_to_num(np.abs(double - single), nan=np.inf))
+    size = float(np.sqrt(np.mean(np.where(np.isfinite(double), double, 0.0) ** 2))) + 1e-12
+    change = float(gaps.max()) / size if gaps.size else 0.0
+    require(change <= READ_BACK_RTOL, "output_depends_on_precision", change=float(f"{change:.3g}"))
+
+
+def weights_behind_output(params, x, output):
+    """The causal weights (B, T, T) of a one-head module, read back from its output: proj undone
+    (its weight is square, so invertible in practice), then each row's combination of the values
+    v_j = W_V x_j + b_V (j <= i) solved for, exactly where the head is at least as wide as the
+    sequence is long. None where the output is no such combination (a mistake in V or in proj):
+    the weights cannot be told from the output there."""
+    B, T, C = x.shape
+    W, bias = params["qkv.weight"], params.get("qkv.bias", np.zeros(3 * C))
+    combined = np.linalg.solve(params["proj.weight"], (output - params.get("proj.bias", 0.0)).transpose(0, 2, 1))
+    combined = combined.transpose(0, 2, 1)
+    values = x @ W[2 * C:].T + bias[2 * C:]
+    weights = np.zeros((B, T, T))
+    for b in range(B):
+        for i in range(T):
+            if not np.isfinite(combined[b, i]).all():
+                weights[b, i] = np.nan  # no weights to read (a row with every key masked): not judged
+                continue
+            basis = values[b, :i + 1].T
+            solved, *_ = np.linalg.lstsq(basis, combined[b, i], rcond=None)
+            if np.linalg.norm(basis @ solved - combined[b, i]) > READ_BACK_RTOL * np.linalg.norm(combined[b, i]) + 1e-9:
+                return None
+            weights[b, i, :i + 1] = solved
+    return weights
+
+
 def batch_independent(run, inputs, rng, outputs_of, grown, masks=None):
     """Changing batch element b (every input at once) must leave every other element alone; and
     the elements must give the same outputs at the end of a batch grown to `grown` elements (the

@@ -88,6 +88,13 @@ def causal_dims(draw, min_batch=1, min_time=1, min_block=1, max_block=None):
 WIDE_SELF_ATTENTION = {"B": 2, "T": 5, "d_model": 512, "d_k": 64, "seed": 5}
 WIDE_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 8, "d_model": 512, "seed": 5}
 WIDE_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 8, "n_embd": 512, "seed": 5}
+# attends once more, on enough positions that the log-weights' fit (checks.scores_from_similarity,
+# one unknown per row and per column) has several equations for each unknown.
+SIMILARITY_SELF_ATTENTION = {"B": 2, "T": 12, "d_model": 6, "d_k": 3, "seed": 9}
+SIMILARITY_MULTI_HEAD = {"B": 2, "Tq": 12, "Tk": 12, "h": 2, "d_model": 6, "seed": 9}
+# CausalSelfAttention returns no weights: one head as wide as the sequence is long, so that they can
+# be read back from the output (checks.weights_behind_output).
+SIMILARITY_CAUSAL = {"B": 24, "T": 10, "block_size": 10, "n_head": 1, "n_embd": 10, "seed": 9}
 # A head count the strategies never draw (they draw 1 to 4; the wide sizes have 8): heads taken in
 # groups of 4, or any loop with a fixed step, leave some out only there.
 ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 6, "d_model": 12, "seed": 7}

@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import LONGEST_CAUSAL, ODD_HEADS_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -805,7 +805,35 @@ def test_device(worker, dims, fused):
     checks.runs_after_moving(module, ((x,), {"fused": fused}), "meta")  # last: the module itself stays there
 
 
+def attends_by_similarity(worker, dims):
+    """attends once more, on the explicit path, with one head as wide as the sequence is long: the
+    weights read back from the output of a float64 copy of the module (checks.weights_behind_output;
+    that output must be the float32 one's, checks.same_in_float64), with the input and twice it,
+    are a softmax of scores quadratic in the input (checks.scores_from_similarity), not anything
+    else that moves with queries and keys. Where the output is no combination of the values (a mistake in V or proj,
+    reference_match's), nothing is judged here."""
+    module = build(worker, dims, load_seed=parameter_seed(dims))
+    x = inputs(rng_for(dims), dims)
+    x64 = x.astype(np.float64)
+    scaled = x64 * checks.INPUT_FACTOR
+    # read back from a float64 copy of the module (float32 leaves the smallest weights' logarithm
+    # to rounding), which must compute what the module computes in float32; each call on a module
+    # of its own (a mask a call changes is mask_changed_by_call's, not this property's)
+    replies = []
+    for call in (((x,), {}), ((x64,), {"float64": True}), ((scaled,), {"float64": True})):
+        answered, failed = runs_until_failure(module.twin(), call)
+        if failed:
+            return  # a module that cannot run in float64 is judged by the drawn examples alone
+        replies += answered
+    single, double, grown = (output(reply, dims) for reply in replies)
+    checks.same_in_float64(single, double)
+    weights = [checks.weights_behind_output(module.params, given, out) for given, out in ((x64, double), (scaled, grown))]
+    if all(w is not None for w in weights):
+        checks.scores_from_similarity(*(w[:, None] for w in weights))
+
+
 @graded(CLS, "attends")
+@also_at(attends_by_similarity, dims=SIMILARITY_CAUSAL)
 @given(dims=causal_dims(min_time=3))
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied (the

@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -665,7 +665,20 @@ def test_device(worker, dims):
     checks.runs_after_moving(module, (args, {"mask": mask}), "meta")  # last: the module itself stays there
 
 
+def attends_by_similarity(worker, dims):
+    """attends once more, on more positions, in self-attention (one tensor as query, key and
+    value), with the input and twice it: each head's weights are a softmax of scores quadratic in
+    the input (checks.scores_from_similarity), not anything else that moves with queries and keys."""
+    module = build(worker, dims, load_seed=parameter_seed(dims), required=("W_Q", "W_K"))
+    x = cross_inputs(rng_for(dims), dims)[0]
+    scaled = x * np.float32(checks.INPUT_FACTOR)
+    # each call on a module of its own: a module that keeps something from a call is reference_match's
+    replies = [module.run(x, x, x), module.twin().run(scaled, scaled, scaled)]
+    checks.scores_from_similarity(*(outputs(reply, dims)[1] for reply in replies))
+
+
 @graded(CLS, "attends")
+@also_at(attends_by_similarity, dims=SIMILARITY_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2))
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied

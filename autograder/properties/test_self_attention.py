@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
-from .strategies import LONGEST_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
@@ -401,7 +401,19 @@ def test_device(worker, dims):
     checks.runs_after_moving(module, ((x,), {"mask": mask}), "meta")  # last: the module itself stays there
 
 
+def attends_by_similarity(worker, dims):
+    """attends once more, on more positions, with the input and twice it: the weights are a softmax
+    of scores quadratic in the input (checks.scores_from_similarity), not anything else that
+    moves with queries and keys."""
+    module = build(worker, dims, load_seed=parameter_seed(dims), required=("W_Q", "W_K"))
+    x = inputs(rng_for(dims), dims)
+    # each call on a module of its own: a module that keeps something from a call is reference_match's
+    replies = [module.run(x), module.twin().run(x * np.float32(checks.INPUT_FACTOR))]
+    checks.scores_from_similarity(*(outputs(reply, dims)[1][:, None] for reply in replies))
+
+
 @graded(CLS, "attends")
+@also_at(attends_by_similarity, dims=SIMILARITY_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2))
 def test_attends(worker, dims):
     """The weights come from query–key similarity: the same module with its keys multiplied
