@@ -254,9 +254,9 @@ def rows_differ(weights, expected):
 
 
 # Weights above this enter scores_from_similarity's fit (their log is defined); its residual may be
-# BILINEAR_RTOL of the log-weights' spread, plus BILINEAR_ATOL: a softmax taken in bfloat16 (3
+# SIMILARITY_RTOL of the log-weights' spread, plus SIMILARITY_ATOL: a softmax taken in bfloat16 (3
 # digits) leaves ~4e-3 there, float32 ~1e-6; weights that are no similarity leave 0.3 to 0.8 of it.
-BILINEAR_FLOOR, BILINEAR_RTOL, BILINEAR_ATOL = 1e-12, 0.05, 0.01
+SIMILARITY_FLOOR, SIMILARITY_RTOL, SIMILARITY_ATOL = 1e-12, 0.05, 0.01
 # The factor on the input of scores_from_similarity's second call.
 INPUT_FACTOR = 2.0
 
@@ -279,7 +279,7 @@ def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
     for head in range(H):
         w, scaled = weights[:, head], scaled_weights[:, head]
         with np.errstate(invalid="ignore"):
-            used = np.isfinite(w) & np.isfinite(scaled) & (w > BILINEAR_FLOOR) & (scaled > BILINEAR_FLOOR)
+            used = np.isfinite(w) & np.isfinite(scaled) & (w > SIMILARITY_FLOOR) & (scaled > SIMILARITY_FLOOR)
         if used.sum() < 1.5 * design.shape[-1]:
             continue  # too few weights to tell (masked, or underflowed): another property's business
         grown = factor ** 2 * np.log(w[used])
@@ -287,7 +287,7 @@ def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
         fit, *_ = np.linalg.lstsq(design[used], target, rcond=None)
         residual = float(np.sqrt(np.mean((design[used] @ fit - target) ** 2)))
         spread = float(np.std(grown))
-        require(residual <= BILINEAR_RTOL * spread + BILINEAR_ATOL, "weights_not_from_similarity",
+        require(residual <= SIMILARITY_RTOL * spread + SIMILARITY_ATOL, "weights_not_from_similarity",
                 residual=float(f"{residual:.3g}"), spread=float(f"{spread:.3g}"))
 
 

@@ -2,7 +2,7 @@
 and the output computed from them (the fused path reproduces the same logits through
 scaled_dot_product_attention with two features). They move with the keys, the queries and the
 keys' sign, so the checks of attends that scale them passed (26-30/48 with its bit-hash kin); no
-bilinear form (W_Q x_i)·(W_K x_j) explains their logarithm: weights_not_from_similarity."""
+quadratic form of the input explains how their logarithm grows when it doubles: weights_not_from_similarity."""
 import math
 from dataclasses import dataclass
 import torch
