@@ -2,6 +2,7 @@
 nothing, `attends` tells attention from its absence, the key scaling both sides draw, and the call
 a failure names."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -405,6 +406,39 @@ def test_too_few_live_positions_to_tell_are_not_judged():
     checks.not_shared_along(dropped, np.ones_like(dropped), 0, "axis_batch", 0.5, "weights")
 
 
+PAIR_NAMES = ["pairs_axis_batch", "pairs_axis_heads", "pairs_axis_queries", "pairs_axis_keys"]
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
+def test_a_mask_drawn_per_entry_is_never_called_paired(p):
+    rng = np.random.default_rng(int(p * 1000))
+    for _ in range(200):
+        dropped = rng.random((64, 2, 4, 4)) < p
+        checks.not_paired(dropped, np.ones_like(dropped), p, PAIR_NAMES)
+
+
+def test_a_symmetric_mask_is_called_paired():
+    keep = np.random.default_rng(0).random((64, 2, 4, 4)) < 0.75
+    keep = np.tril(keep) | np.swapaxes(np.tril(keep, -1), -1, -2)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(~keep, np.ones_like(keep), 0.25, PAIR_NAMES)
+    assert (failure.value.code, failure.value.params["pairs"]) == ("dropout_mask_paired", "pairs_transposed")
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3])
+def test_a_mask_drawn_for_half_an_axis_and_repeated_is_called_paired(axis):
+    shape = [64, 2, 4, 4]
+    shape[axis] //= 2
+    dropped = np.repeat(np.random.default_rng(axis).random(shape) < 0.5, 2, axis=axis)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(dropped, np.ones_like(dropped), 0.5, PAIR_NAMES)
+    assert failure.value.params["pairs"] == PAIR_NAMES[axis]
+
+
+def test_too_few_pairs_to_tell_are_not_judged():
+    dropped = np.zeros((2, 1, 3, 3), bool)  # every pair agrees, as a per-entry draw often does on so few
+    checks.not_paired(dropped, np.ones_like(dropped), 0.5, PAIR_NAMES)
+
 def causal_module(rng, heads, width):
     """Parameters of a CausalSelfAttention (float64) and a function running it in train mode with a
     given attention dropout mask D (B, h, T, T) and resid_drop off."""
@@ -510,3 +544,25 @@ def test_causal_weights_are_read_back_from_the_output_where_it_combines_the_valu
     np.testing.assert_allclose(checks.weights_behind_output(params, x, output), weights, atol=1e-9)
     other_values = (weights @ (v + 1.0)) @ params["proj.weight"].T + params["proj.bias"]  # a mistake in V
     assert checks.weights_behind_output(params, x, other_values) is None
+
+
+# ---- a causal dropout layer scaling its survivors by another factor -----------------------------
+
+@pytest.mark.parametrize("attn, resid, code, layer", [
+    (2.0, 4.0, "layer_dropout_ignores_p", "attn_drop"),      # attn_drop capped at 0.5 where p = 0.75
+    (4.0, 2.0, "layer_dropout_ignores_p", "resid_drop"),
+    (1 / 0.75, 4.0, "layer_dropout_wrong_factor", "attn_drop"),  # divided by p
+    (1.0, 4.0, "layer_dropout_wrong_factor", "attn_drop"),       # not rescaled
+])
+def test_a_layer_scaled_by_another_factor_is_named_with_it(attn, resid, code, layer):
+    def explains(attn_factor, resid_factor):
+        return math.isclose(attn_factor, attn) and math.isclose(resid_factor, resid)
+
+    with pytest.raises(PropertyFailure) as failure:
+        checks.wrong_factor(explains, 0.75, "fused=False")
+    assert (failure.value.code, failure.value.params["layer"]) == (code, layer)
+
+
+def test_a_layer_explained_only_by_the_right_factor_is_left_to_the_caller():
+    checks.wrong_factor(lambda attn_factor, resid_factor: math.isclose(attn_factor, 4.0) and math.isclose(resid_factor, 4.0),
+                        0.75, "fused=False")

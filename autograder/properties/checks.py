@@ -935,6 +935,7 @@ def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", 
     require(dropped.any(), "dropout_not_applied", p=p, dropped=0, total=total)
     for axis, name in enumerate(axes):
         not_shared_along(dropped, live, axis, name, p, "weights")
+    not_paired(dropped, live, p, [f"pairs_{name}" for name in axes])
     kept = (trained != 0) & live
     scale = 1.0 / (1.0 - p)
     expected = np.where(kept, evaluated * scale, trained)
@@ -978,6 +979,30 @@ def not_shared_along(dropped, live, axis, name, p, what):
         return  # too few positions to tell
     varies = (dropped & live).any(axis=axis) & ~(dropped | ~live).all(axis=axis)
     require(varies.any(), "dropout_mask_shared", p=p, axis=name, size=dropped.shape[axis], what=what)
+
+
+def not_paired(dropped, live, p, names):
+    """dropped (where dropout zeroed a weight) is not tied within pairs of entries that nn.Dropout
+    draws apart: two neighbours along an axis (entries 2m and 2m+1: a mask drawn at half the size
+    and repeated, names one per axis) or, where the last two axes are as long, a weight and its
+    transpose ((i, j) and (j, i): a mask made symmetric, tril(keep) | tril(keep, -1).mT). Either
+    drops both of each pair or neither. n disjoint pairs of live entries drawn apart all agree with
+    probability (p² + (1-p)²)^n: judged only where that is below SHARED_MASK_CHANCE."""
+    agree = p * p + (1 - p) ** 2
+    pairs = []
+    for axis, name in enumerate(names):
+        even = dropped.shape[axis] // 2 * 2
+        first = np.take(dropped, np.arange(0, even, 2), axis=axis)
+        second = np.take(dropped, np.arange(1, even, 2), axis=axis)
+        both = np.take(live, np.arange(0, even, 2), axis=axis) & np.take(live, np.arange(1, even, 2), axis=axis)
+        pairs.append((name, first[both], second[both]))
+    if dropped.ndim >= 2 and dropped.shape[-1] == dropped.shape[-2]:
+        upper = np.triu(np.ones(dropped.shape[-2:], dtype=bool), 1)
+        both = live & np.swapaxes(live, -1, -2) & upper
+        pairs.append(("pairs_transposed", dropped[both], np.swapaxes(dropped, -1, -2)[both]))
+    for name, first, second in pairs:
+        if first.size * math.log(agree) < math.log(SHARED_MASK_CHANCE):
+            require(np.any(first != second), "dropout_mask_paired", p=p, pairs=name, count=int(first.size))
 
 
 def dropped_entrywise(trained, evaluated, p):
@@ -1191,15 +1216,24 @@ def wrong_factor(explains, p, path):
     explained (explains(attn_factor, resid_factor): by choices that drop some weight, since a
     layer that never drops has no factor to blame) by dropout in the right places whose survivors
     were scaled by another factor than 1/(1 - p): by 1/p (a hand-written dropout that divides by
-    the probability it drops) or not at all. Fails naming the layer and its factor, attn_drop
-    first where both are off."""
+    the probability it drops), not at all, or by 1/(1 - q) for a rate q other than p
+    (OTHER_RATES: a p capped, as min(p, 0.5), or hard-coded). Fails naming the layer and its
+    factor, attn_drop first where both are off."""
     right = 1.0 / (1.0 - p)
-    for attn_factor in (right, 1.0 / p, 1.0):
-        for resid_factor in (right, 1.0 / p, 1.0):
+    others = [1.0 / (1.0 - q) for q in OTHER_RATES if q != p]
+    for attn_factor in (right, 1.0 / p, 1.0, *others):
+        for resid_factor in (right, 1.0 / p, 1.0, *others):
             if (attn_factor, resid_factor) != (right, right) and explains(attn_factor, resid_factor):
                 layer, factor = ("attn_drop", attn_factor) if attn_factor != right else ("resid_drop", resid_factor)
-                raise PropertyFailure("layer_dropout_wrong_factor", p=p, path=path, layer=layer,
-                                      factor=round(factor, 4), scale=round(right, 4))
+                code = "layer_dropout_wrong_factor" if factor in (1.0 / p, 1.0) else "layer_dropout_ignores_p"
+                raise PropertyFailure(code, p=p, path=path, layer=layer, factor=round(factor, 4),
+                                      scale=round(right, 4), measured=round(1.0 - 1.0 / factor, 3))
+
+
+# The rates wrong_factor tries for a layer that does not use its p: those the examples draw
+# (strategies.dropout_rates, a cap or a floor at one of them) and nn.Dropout's default and the
+# usual hard-coded 0.1.
+OTHER_RATES = (0.1, 0.25, 0.5, 0.75)
 
 
 def resid_dropout_zeros(trained, p, heads, biased, path):

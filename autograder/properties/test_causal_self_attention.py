@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -360,6 +360,8 @@ def longest_dropout(worker, dims):
 @graded(CLS, "train_dropout")
 @also_at(longest_dropout, dims=LONGEST_CAUSAL)  # after the rare rate (decorators apply upwards)
 @also_at(rare_dropout, dims=RARE_CAUSAL)
+@also_at(dims=EDGE_RATES_CAUSAL, seed=11, p=max(DROPOUT_RATES))  # before the rare rate: the examples' own checks at each end
+@also_at(dims=EDGE_RATES_CAUSAL, seed=11, p=min(DROPOUT_RATES))
 @given(dims=causal_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):
     # A batch large enough for checks.DROPOUT_DRAWS output entries (B·T·C) and B·h >= 128

@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -395,6 +395,8 @@ def longest_dropout(worker, dims):
 @graded(CLS, "train_dropout")
 @also_at(longest_dropout, dims=LONGEST_MULTI_HEAD)  # after the rare rate (decorators apply upwards)
 @also_at(rare_dropout, dims=RARE_MULTI_HEAD)
+@also_at(dims=EDGE_RATES_MULTI_HEAD, seed=11, p=max(DROPOUT_RATES))  # before the rare rate: the examples' own checks at each end
+@also_at(dims=EDGE_RATES_MULTI_HEAD, seed=11, p=min(DROPOUT_RATES))
 @given(dims=multi_head_dims(min_time=2), seed=seeds, p=dropout_rates)
 def test_train_dropout(worker, dims, seed, p):
     # A batch large enough for checks.DROPOUT_DRAWS weights: see checks.dropout_rate.
