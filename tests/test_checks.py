@@ -531,6 +531,24 @@ def test_weights_of_quadratic_scores_pass_and_a_hash_of_the_same_inputs_does_not
     assert failed.value.code == "weights_not_from_similarity"
 
 
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_weights_that_keep_most_keys_out_of_an_unmasked_call_fail(width):
+    """A window of one or two keys (a hash inside it) leaves too few weights for the fit: with no
+    mask, a softmax gives every key a weight, so that is no similarity either."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 12, 6))
+
+    def windowed(x):
+        sums = x.sum(-1)
+        scores = 4 * np.sin(37 * sums[:, :, None] + 53 * sums[:, None, :])
+        offset = np.arange(12)[:, None] - np.arange(12)[None, :]
+        return _softmax(np.where((offset >= 0) & (offset < width), scores, -np.inf))[:, None]
+
+    with pytest.raises(PropertyFailure) as failed:
+        checks.scores_from_similarity(windowed(x), windowed(2 * x))
+    assert failed.value.code == "weights_mostly_zero"
+
 def test_causal_weights_are_read_back_from_the_output_where_it_combines_the_values():
     rng = np.random.default_rng(4)
     B, T, C = 3, 5, 6

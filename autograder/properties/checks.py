@@ -280,8 +280,11 @@ def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
         w, scaled = weights[:, head], scaled_weights[:, head]
         with np.errstate(invalid="ignore"):
             used = np.isfinite(w) & np.isfinite(scaled) & (w > SIMILARITY_FLOOR) & (scaled > SIMILARITY_FLOOR)
-        if used.sum() < 1.5 * design.shape[-1]:
-            continue  # too few weights to tell (masked, or underflowed): another property's business
+        # These calls have no mask: a softmax gives every key a weight, far above SIMILARITY_FLOOR at
+        # these inputs. Too few to fit is most keys kept out of every row (a window of one or two
+        # keys, a top-k), which no similarity of queries and keys does.
+        require(used.sum() >= 1.5 * design.shape[-1], "weights_mostly_zero", kept=int(used.sum()),
+                total=int(used.size))
         grown = factor ** 2 * np.log(w[used])
         target = np.log(scaled[used]) - grown
         fit, *_ = np.linalg.lstsq(design[used], target, rcond=None)
