@@ -406,38 +406,45 @@ def test_too_few_live_positions_to_tell_are_not_judged():
     checks.not_shared_along(dropped, np.ones_like(dropped), 0, "axis_batch", 0.5, "weights")
 
 
-PAIR_NAMES = ["pairs_axis_batch", "pairs_axis_heads", "pairs_axis_queries", "pairs_axis_keys"]
+AXES = list(enumerate(["axis_batch", "axis_heads", "axis_queries", "axis_keys"]))
 
 
 @pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
 def test_a_mask_drawn_per_entry_is_never_called_paired(p):
     rng = np.random.default_rng(int(p * 1000))
     for _ in range(200):
-        dropped = rng.random((64, 2, 4, 4)) < p
-        checks.not_paired(dropped, np.ones_like(dropped), p, PAIR_NAMES)
+        dropped = rng.random((64, 8, 9, 9)) < p
+        checks.not_paired(dropped, np.ones_like(dropped), p, AXES, "weights")
 
 
-def test_a_symmetric_mask_is_called_paired():
+def test_a_symmetric_mask_is_called_mirrored():
     keep = np.random.default_rng(0).random((64, 2, 4, 4)) < 0.75
     keep = np.tril(keep) | np.swapaxes(np.tril(keep, -1), -1, -2)
     with pytest.raises(PropertyFailure) as failure:
-        checks.not_paired(~keep, np.ones_like(keep), 0.25, PAIR_NAMES)
-    assert (failure.value.code, failure.value.params["pairs"]) == ("dropout_mask_paired", "pairs_transposed")
+        checks.not_paired(~keep, np.ones_like(keep), 0.25, AXES, "weights")
+    assert failure.value.code == "dropout_mask_mirrored"
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 3])
-def test_a_mask_drawn_for_half_an_axis_and_repeated_is_called_paired(axis):
-    shape = [64, 2, 4, 4]
-    shape[axis] //= 2
-    dropped = np.repeat(np.random.default_rng(axis).random(shape) < 0.5, 2, axis=axis)
-    with pytest.raises(PropertyFailure) as failure:
-        checks.not_paired(dropped, np.ones_like(dropped), 0.5, PAIR_NAMES)
-    assert failure.value.params["pairs"] == PAIR_NAMES[axis]
+@pytest.mark.parametrize("period", [1, 2, 3, 4])
+def test_a_mask_tiled_or_repeated_along_an_axis_is_called_paired(axis, period):
+    """Drawn for `period` entries of the axis and tiled (head i reuses head i % period's), or
+    each draw repeated along the axis (period 1: one mask for the whole axis, not_shared_along's
+    to name first, and paired too)."""
+    shape = [64, 8, 8, 8]
+    shape[axis] = period
+    draw = np.random.default_rng(axis * 10 + period).random(shape) < 0.5
+    for dropped, distance in ((np.concatenate([draw] * (8 // period), axis=axis), period),
+                              (np.repeat(draw, 8 // period, axis=axis), 1)):
+        with pytest.raises(PropertyFailure) as failure:
+            checks.not_paired(dropped, np.ones_like(dropped), 0.5, AXES, "weights")
+        assert (failure.value.code, failure.value.params["pairs"]) == ("dropout_mask_paired", f"along_{AXES[axis][1]}")
+        assert failure.value.params["apart"] <= distance
 
 
 def test_too_few_pairs_to_tell_are_not_judged():
     dropped = np.zeros((2, 1, 3, 3), bool)  # every pair agrees, as a per-entry draw often does on so few
-    checks.not_paired(dropped, np.ones_like(dropped), 0.5, PAIR_NAMES)
+    checks.not_paired(dropped, np.ones_like(dropped), 0.5, AXES, "weights")
 
 def causal_module(rng, heads, width):
     """Parameters of a CausalSelfAttention (float64) and a function running it in train mode with a
@@ -584,3 +591,28 @@ def test_a_layer_scaled_by_another_factor_is_named_with_it(attn, resid, code, la
 def test_a_layer_explained_only_by_the_right_factor_is_left_to_the_caller():
     checks.wrong_factor(lambda attn_factor, resid_factor: math.isclose(attn_factor, 4.0) and math.isclose(resid_factor, 4.0),
                         0.75, "fused=False")
+
+
+# ---- the survivors of a dropout at a small p are rescaled too ------------------------------------
+
+def test_survivors_divided_by_one_minus_p_pass_and_survivors_left_alone_fail():
+    rng = np.random.default_rng(6)
+    evaluated = rng.random((2, 3, 4, 5)) + 0.1
+    dropped = rng.random(evaluated.shape) < 0.004
+    checks.survivors_rescaled(np.where(dropped, 0.0, evaluated / 0.996), evaluated, 0.004)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.survivors_rescaled(np.where(dropped, 0.0, evaluated), evaluated, 0.004)
+    assert failure.value.code == "dropout_not_rescaled"
+
+
+def test_a_causal_row_left_whole_must_be_the_rescaled_one():
+    rng = np.random.default_rng(7)
+    evaluated = rng.standard_normal((1, 6, 8))
+    rescaled = evaluated / 0.996
+    moved = rescaled.copy()
+    moved[0, 2] += 0.3  # a row where a weight was dropped: neither eval's nor rescaled, not judged here
+    checks.left_whole_rescaled(moved, evaluated, rescaled, 0.004, "attn_drop", "fused=False")
+    with pytest.raises(PropertyFailure) as failure:
+        checks.left_whole_rescaled(np.where(np.arange(6)[None, :, None] == 4, evaluated, moved), evaluated, rescaled,
+                                   0.004, "attn_drop", "fused=False")
+    assert (failure.value.code, failure.value.params["factor"]) == ("layer_dropout_wrong_factor", 1.0)

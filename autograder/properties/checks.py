@@ -891,6 +891,31 @@ def drops_at_a_rare_rate(dropped, p, calls, entries, layer):
             entries=entries, expected=round(entries * p), layer=layer)
 
 
+def survivors_rescaled(trained, evaluated, p):
+    """What dropout kept (entries of `trained` that are not 0 where `evaluated`, eval's, are not)
+    is eval's divided by (1 - p), at any p: a dropout that skips the rescale where p is small
+    (1/(1 - 0.004) = 1.004: invisible to the eye, but the expectation of every weight 0.4% low)."""
+    kept = (trained != 0) & (evaluated != 0)
+    expect_close(np.where(kept, trained, 0.0), np.where(kept, evaluated / (1.0 - p), 0.0), "dropout_not_rescaled",
+                 p=p, scale=round(1.0 / (1.0 - p), 4))
+
+
+def near(got, want):
+    """Entrywise: got within float32's rounding of a train-mode output (1e-4 relative, plus 1e-4)
+    of want; far enough apart that a rescale by 1/(1 - 0.004) shows."""
+    return np.abs(got - want) <= 1e-4 * (1.0 + np.abs(want))
+
+
+def left_whole_rescaled(trained, evaluated, rescaled, p, layer, path):
+    """CausalSelfAttention's train-mode output (B, T, C) with only `layer` dropping, against eval's
+    output (`evaluated`) and what a row the layer left whole must be (`rescaled`: eval's with the
+    survivors divided by (1 - p)). No row may be eval's and not that: the rescale skipped (where p
+    is small, 1/(1 - 0.004) = 1.004), as a hand-written dropout that rescales only from some p on."""
+    unscaled = np.all(near(trained, evaluated), axis=-1) & ~np.all(near(trained, rescaled), axis=-1)
+    require(not unscaled.any(), "layer_dropout_wrong_factor", p=p, path=path, layer=layer, factor=1.0,
+            scale=round(1.0 / (1.0 - p), 4))
+
+
 # Sizes of the train-mode dropout checks: enough independent dropout draws that a correct dropout,
 # whatever order it draws its randomness in, lands inside the bounds below except with negligible
 # probability (the figures are next to each check).
@@ -938,7 +963,7 @@ def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", 
     require(dropped.any(), "dropout_not_applied", p=p, dropped=0, total=total)
     for axis, name in enumerate(axes):
         not_shared_along(dropped, live, axis, name, p, "weights")
-    not_paired(dropped, live, p, [f"pairs_{name}" for name in axes])
+    not_paired(dropped, live, p, enumerate(axes), "weights")
     kept = (trained != 0) & live
     scale = 1.0 / (1.0 - p)
     expected = np.where(kept, evaluated * scale, trained)
@@ -984,28 +1009,41 @@ def not_shared_along(dropped, live, axis, name, p, what):
     require(varies.any(), "dropout_mask_shared", p=p, axis=name, size=dropped.shape[axis], what=what)
 
 
-def not_paired(dropped, live, p, names):
-    """dropped (where dropout zeroed a weight) is not tied within pairs of entries that nn.Dropout
-    draws apart: two neighbours along an axis (entries 2m and 2m+1: a mask drawn at half the size
-    and repeated, names one per axis) or, where the last two axes are as long, a weight and its
-    transpose ((i, j) and (j, i): a mask made symmetric, tril(keep) | tril(keep, -1).mT). Either
-    drops both of each pair or neither. n disjoint pairs of live entries drawn apart all agree with
-    probability (p² + (1-p)²)^n: judged only where that is below SHARED_MASK_CHANCE."""
-    agree = p * p + (1 - p) ** 2
-    pairs = []
-    for axis, name in enumerate(names):
-        even = dropped.shape[axis] // 2 * 2
-        first = np.take(dropped, np.arange(0, even, 2), axis=axis)
-        second = np.take(dropped, np.arange(1, even, 2), axis=axis)
-        both = np.take(live, np.arange(0, even, 2), axis=axis) & np.take(live, np.arange(1, even, 2), axis=axis)
-        pairs.append((name, first[both], second[both]))
+# not_paired looks for a draw repeated this many positions apart at most, along an axis: a mask
+# drawn for 2, 3 or 4 heads and tiled over 8, or for blocks of keys and repeated.
+MAX_PAIR_DISTANCE = 8
+
+# not_paired judges a set of pairs only where a mask drawn per entry agrees on all of them with
+# probability below this: it judges up to MAX_PAIR_DISTANCE distances on each axis of each call.
+PAIRED_MASK_CHANCE = 1e-11
+
+
+def not_paired(dropped, live, p, axes, what):
+    """dropped (where dropout zeroed an entry) is not repeated between entries that nn.Dropout
+    draws apart: on each (axis, name) of `axes`, entries d = 1..MAX_PAIR_DISTANCE apart (disjoint
+    pairs (i, i + d), i in every other block of d: a mask drawn for fewer heads or keys and tiled,
+    or drawn per block and repeated); and, where the last two axes are as long and both live
+    somewhere, a weight and its transpose ((i, j) and (j, i): a mask made symmetric,
+    tril(keep) | tril(keep, -1).mT). Such a mask drops both entries of each pair or neither. n
+    disjoint pairs of entries drawn apart all agree with probability (p² + (1-p)²)^n: judged only
+    where that is below PAIRED_MASK_CHANCE."""
+    enough = math.log(PAIRED_MASK_CHANCE) / math.log(p * p + (1 - p) ** 2)
+
+    def judge(first, second, both, code, **params):
+        if both.sum() > enough:
+            require(np.any(first[both] != second[both]), code, p=p, what=what, count=int(both.sum()), **params)
+
+    for axis, name in axes:
+        size = dropped.shape[axis]
+        for distance in range(1, min(MAX_PAIR_DISTANCE, size - 1) + 1):
+            start = np.arange(size - distance)
+            start = start[(start // distance) % 2 == 0]
+            first, second = (np.take(dropped, index, axis=axis) for index in (start, start + distance))
+            both = np.take(live, start, axis=axis) & np.take(live, start + distance, axis=axis)
+            judge(first, second, both, "dropout_mask_paired", pairs=f"along_{name}", apart=distance)
     if dropped.ndim >= 2 and dropped.shape[-1] == dropped.shape[-2]:
         upper = np.triu(np.ones(dropped.shape[-2:], dtype=bool), 1)
-        both = live & np.swapaxes(live, -1, -2) & upper
-        pairs.append(("pairs_transposed", dropped[both], np.swapaxes(dropped, -1, -2)[both]))
-    for name, first, second in pairs:
-        if first.size * math.log(agree) < math.log(SHARED_MASK_CHANCE):
-            require(np.any(first != second), "dropout_mask_paired", p=p, pairs=name, count=int(first.size))
+        judge(dropped, np.swapaxes(dropped, -1, -2), live & np.swapaxes(live, -1, -2) & upper, "dropout_mask_mirrored")
 
 
 def dropped_entrywise(trained, evaluated, p):
@@ -1255,10 +1293,12 @@ def resid_dropout_zeros(trained, p, heads, biased, path):
     zero = (trained == 0) & finite[..., None]
     require(zero.any(), "resid_dropout_missing", p=p, path=path)
     live = np.broadcast_to(finite[..., None], zero.shape)
-    not_shared_along(zero, live, 0, "axis_batch", p, "output")
+    axes = [(0, "axis_batch")]
     if biased:  # R's zeros alone: drawn entry by entry, so not alike along time or a token's channels either
-        not_shared_along(zero, live, 1, "axis_time", p, "output")
-        not_shared_along(zero, live, 2, "axis_channels", p, "output")
+        axes += [(1, "axis_time"), (2, "axis_channels")]
+    for axis, name in axes:
+        not_shared_along(zero, live, axis, name, p, "output")
+    not_paired(zero, live, p, axes, "output")
     B, T, C = trained.shape
     q = np.zeros(T) if biased else p ** (heads * (np.arange(T) + 1.0))
     mean_row = C * (q + (1 - q) * p)

@@ -318,22 +318,31 @@ def rare_dropout(worker, dims):
     path: resid_drop's zeros in the outputs, then, with resid_drop off (as the statement lets a
     user set it on a built module), attn_drop's drops, each of which moves its row of the output
     away from both eval's and eval's with the weights divided by (1 - p) (an attention dropout
-    that drops none of a row, or does not act at all)."""
+    that drops none of a row, or does not act at all). Where eval's output is the reference's,
+    what each layer left whole is rescaled by 1/(1 - p) (checks.left_whole_rescaled: a dropout
+    that skips the rescale where p is small), resid_drop's on a module with attn_drop off."""
     module, rng = loaded(worker, dims, dropout=RARE_P)
     attn_only = another(worker, dims, RARE_P, load_seed=parameter_seed(dims), then_set={"resid_drop.p": 0.0})
+    resid_only = another(worker, dims, RARE_P, load_seed=parameter_seed(dims), then_set={"attn_drop.p": 0.0})
     x = inputs(rng, dims)
     weights = RARE_CALLS * dims["B"] * dims["n_head"] * dims["T"] * (dims["T"] + 1) // 2
     for fused in (False, True):
+        path = f"fused={fused}"
         trained = [output(reply, dims) for reply in rare_calls(module, x, fused)]
         checks.drops_at_a_rare_rate([t == 0 for t in trained], RARE_P, RARE_CALLS, trained[0].size * RARE_CALLS,
-                                    f"resid_drop (fused={fused})")
+                                    f"resid_drop ({path})")
         bias = attn_only.params.get("proj.bias", 0.0)
         evaluated = output(attn_only.run(x, fused=fused), dims)
         undropped = (evaluated - bias) / (1.0 - RARE_P) + bias
-        moved = [(np.abs(got - undropped) > 1e-4 * (1.0 + np.abs(undropped)))
-                 & (np.abs(got - evaluated) > 1e-4 * (1.0 + np.abs(evaluated)))
-                 for got in (output(reply, dims) for reply in rare_calls(attn_only, x, fused))]
-        checks.drops_at_a_rare_rate(moved, RARE_P, RARE_CALLS, weights, f"attn_drop (fused={fused})")
+        attn_trained = [output(reply, dims) for reply in rare_calls(attn_only, x, fused)]
+        moved = [~checks.near(got, undropped) & ~checks.near(got, evaluated) for got in attn_trained]
+        checks.drops_at_a_rare_rate(moved, RARE_P, RARE_CALLS, weights, f"attn_drop ({path})")
+        if np.allclose(evaluated, expected(attn_only.params, dims, x), atol=1e-5, rtol=1e-4):
+            for got in attn_trained:
+                checks.left_whole_rescaled(got, evaluated, undropped, RARE_P, "attn_drop", path)
+            got = output(resid_only.run(x, fused=fused, train=True, seed=0), dims)
+            checks.left_whole_rescaled(got, np.where(got == 0, 0.0, evaluated), np.where(got == 0, 0.0, evaluated / (1.0 - RARE_P)),
+                                       RARE_P, "resid_drop", path)
 
 
 def rare_calls(module, x, fused):
@@ -465,8 +474,10 @@ def test_train_dropout(worker, dims, seed, p):
                                              trained)
         live = ~np.isnan(kept)
         axes = ((1, "axis_heads"), (2, "axis_queries"), (3, "axis_keys"))
-        for axis, name in axes if dims["n_embd"] > dims["n_head"] else axes[:1]:
+        judged = axes if dims["n_embd"] > dims["n_head"] else axes[:1]
+        for axis, name in judged:
             checks.not_shared_along(live & (kept == 0), live, axis, name, p, "attention_weights")
+        checks.not_paired(live & (kept == 0), live, p, judged, "attention_weights")
     # resid_drop's p is read when forward runs too, on each path: the same module with only
     # resid_drop.p set afterwards zeroes entries of the output (proj's bias makes them nonzero
     # otherwise: at least 128 entries, all kept with probability < 1e-15).

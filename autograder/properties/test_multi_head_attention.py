@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
+from .failures import PropertyFailure, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
@@ -349,12 +349,19 @@ def test_eval_deterministic(worker, dims, seed):
 
 
 def rare_dropout(worker, dims):
-    """train_dropout at a rate no strategy draws (strategies.RARE_P), the weights of RARE_CALLS calls."""
+    """train_dropout at a rate no strategy draws (strategies.RARE_P), the weights of RARE_CALLS
+    calls: dropped somewhere, and the survivors divided by (1 - p) (checks.survivors_rescaled:
+    a dropout that skips the rescale where p is small). The rescale is judged where eval gives the
+    same weights under two seeds (dropout left on in eval is eval_deterministic's)."""
     module, rng = loaded(worker, dims, dropout=RARE_P)
     args = cross_inputs(rng, dims)
-    replies = module.runs_in_exchanges([(args, {"train": True, "seed": s}) for s in range(RARE_CALLS)])
-    weights = [outputs(reply, dims)[1] for reply in replies]
+    replies = module.runs_in_exchanges([(args, {"seed": s}) for s in range(2)]
+                                       + [(args, {"train": True, "seed": s}) for s in range(RARE_CALLS)])
+    evaluated, again, *weights = (outputs(reply, dims)[1] for reply in replies)
     checks.drops_at_a_rare_rate([w == 0 for w in weights], RARE_P, RARE_CALLS, weights[0].size * RARE_CALLS, "self.dropout")
+    if np.array_equal(evaluated, again, equal_nan=True):
+        for trained in weights:
+            checks.survivors_rescaled(trained, evaluated, RARE_P)
 
 
 def longest_dropout(worker, dims):
@@ -452,6 +459,7 @@ def test_train_dropout(worker, dims, seed, p):
         for case, shape in (("B=1", {"B": 1, "Tq": side, "Tk": side}), ("Tq=1", {"B": many, "Tq": 1}),
                             ("Tk=1", {"B": -(-checks.DROPOUT_DRAWS // (dims["h"] * dims["Tq"])), "Tk": 1})):
             shaped = {**dims, **shape}
+            example_dims(**shaped, dropout=p)  # what a failure here is about: this call's sizes
             data = cross_inputs(rng, shaped)
             replies, failed = runs_until_failure(module, (data, {}), (data, {"train": True, "seed": seed + 4}))
             if failed:
@@ -463,6 +471,7 @@ def test_train_dropout(worker, dims, seed, p):
                 if failure.code != "dropout_not_applied":
                     raise
                 raise PropertyFailure("weights_not_dropped_at_shape", case=case, **failure.params) from None
+        example_dims(**dims, dropout=p)
         # Built as MultiHeadAttention(d_model, num_heads), by position as the signature orders them:
         # the default, dropout=0.1 (and no other order, such as the Annotated Transformer's).
         default = Remote(worker, CLS, positional=("d_model", "num_heads"), d_model=dims["d_model"], num_heads=dims["h"])
