@@ -1432,3 +1432,107 @@ def test_constant_weights_for_one_position_are_right_but_carry_no_gradient():
     reference = attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]
     reference.sum().backward()
     assert sa.W_Q.weight.grad is not None and sa.W_K.weight.grad is not None
+
+
+# ---- the twenty-fourth round's wrong dropouts and scale, shown wrong in float64 ------------------
+
+def causal_weights_layer(name, dropout, **fields):
+    """A causal module of one head whose train-mode output is its attention weights after dropout:
+    V and proj the identity (no biases), resid_drop off, and one-hot tokens (x_t = e_t), so that
+    output[b, t] = Σ_s D[b, t, s]·A[t, s]·e_s / (1 - p)."""
+    module = load(name)
+    layer = module.CausalSelfAttention(config(module, dropout=dropout, n_head=1, **fields)).double().train()
+    C = layer.proj.weight.shape[0]
+    with torch.no_grad():
+        layer.qkv.weight[2 * C:] = torch.eye(C)
+        layer.qkv.bias[2 * C:] = 0.0
+        layer.proj.weight.copy_(torch.eye(C))
+        layer.proj.bias.zero_()
+    layer.resid_drop.p = 0.0
+    return layer
+
+
+def one_hot_tokens(batch, size=8):
+    return torch.eye(size).expand(batch, size, size).clone()
+
+
+@pytest.mark.parametrize("name, fused", [("causal_attn_drop_capped_at_half", False),
+                                         ("causal_dropout_capped_at_half", False),
+                                         ("causal_fused_dropout_capped_at_half", True)])
+def test_a_causal_dropout_capped_at_half_drops_half_where_p_is_three_quarters(name, fused):
+    layer = causal_weights_layer(name, 0.75)
+    torch.manual_seed(0)
+    weights = layer(one_hot_tokens(512), fused=fused)
+    live = torch.tril(torch.ones(8, 8, dtype=torch.bool)).expand_as(weights)
+    dropped = float((weights[live] == 0).double().mean())  # nn.Dropout(0.75): 0.75 ± 0.002
+    assert abs(dropped - 0.5) < 0.01
+
+
+def test_a_multi_head_dropout_capped_at_half_drops_half_where_p_is_three_quarters():
+    mha = load("mha_dropout_capped_at_half").MultiHeadAttention(4, 2, 0.75).double().train()
+    torch.manual_seed(0)
+    weights = mha(*(torch.randn(256, 6, 4),) * 3)[1]
+    assert abs(float((weights == 0).double().mean()) - 0.5) < 0.01
+
+
+def agreement(first, second):
+    """The fraction of pairs dropped alike: p² + (1-p)² for draws made apart (0.5 at p = 0.5)."""
+    return float(((first == 0) == (second == 0)).double().mean())
+
+
+def test_multi_head_dropout_masks_tied_within_pairs_drop_each_pair_alike():
+    torch.manual_seed(0)
+    x = torch.randn(128, 6, 4)
+    symmetric = load("mha_dropout_mask_symmetric").MultiHeadAttention(4, 2, 0.5).double().train()
+    weights = symmetric(x, x, x)[1]
+    upper = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1).expand_as(weights)
+    assert agreement(weights[upper], weights.transpose(-2, -1)[upper]) == 1.0
+    per_two = load("mha_dropout_mask_per_two_keys").MultiHeadAttention(4, 2, 0.5).double().train()
+    weights = per_two(x, x, x)[1]
+    assert agreement(weights[..., 0::2], weights[..., 1::2]) == 1.0
+    tiled = load("mha_dropout_mask_tiled_over_heads").MultiHeadAttention(8, 4, 0.5).double().train()
+    x = torch.randn(128, 6, 8)
+    weights = tiled(x, x, x)[1]
+    assert agreement(weights[:, 0], weights[:, 2]) == 1.0
+    honest = nn.Dropout(0.5)(torch.ones(128, 4, 6, 6))  # the same pairs, drawn apart
+    assert abs(agreement(honest[:, 0], honest[:, 2]) - 0.5) < 0.02
+
+
+def test_causal_dropout_masks_tied_within_pairs_drop_each_pair_alike():
+    layer = causal_weights_layer("causal_attn_drop_repeated_every_4_keys", 0.5)
+    torch.manual_seed(0)
+    weights = layer(one_hot_tokens(256))
+    rows = torch.tril(torch.ones(4, 4, dtype=torch.bool), 0).expand(256, 4, 4)
+    assert agreement(weights[:, 4:, 0:4][rows], weights[:, 4:, 4:8][rows]) == 1.0  # key s and s + 4, both live
+    module = load("causal_resid_drop_shared_by_batch_pairs")
+    layer = module.CausalSelfAttention(config(module, dropout=0.5)).double().train()
+    layer.attn_drop.p = 0.0
+    torch.manual_seed(0)
+    out = layer(torch.randn(64, 6, 8))  # proj's bias makes an entry 0 only where resid_drop dropped it
+    assert agreement(out[0::2], out[1::2]) == 1.0
+
+
+def test_a_dropout_that_skips_the_rescale_below_one_percent_keeps_weights_as_they_were():
+    """nn.Dropout(0.004) divides what survives by 0.996, so that every weight keeps its expectation;
+    these keep the survivors as they were: the expectation of each weight is 0.4% low."""
+    mha = load("mha_dropout_unscaled_below_one_percent").MultiHeadAttention(4, 2, 0.004).double()
+    x = torch.randn(64, 6, 4)
+    evaluated = mha.eval()(x, x, x)[1]
+    torch.manual_seed(0)
+    trained = mha.train()(x, x, x)[1]
+    kept = trained != 0
+    assert torch.allclose(trained[kept], evaluated[kept]) and not torch.allclose(trained[kept], evaluated[kept] / 0.996)
+    layer = causal_weights_layer("causal_attn_drop_unscaled_below_one_percent", 0.004)
+    x = one_hot_tokens(64)
+    evaluated = layer.eval()(x)
+    torch.manual_seed(0)
+    trained = layer.train()(x)
+    kept = trained != 0
+    assert torch.allclose(trained[kept], evaluated[kept]) and not torch.allclose(trained[kept], evaluated[kept] / 0.996)
+
+
+def test_a_scale_rounded_to_three_decimals_gives_other_weights():
+    sa = load("sa_scale_rounded_to_3_decimals").SelfAttention(8).double().eval()
+    x = 3 * torch.randn(2, 5, 8)
+    _, weights = sa(x)
+    assert (weights - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]).abs().max() > 1e-5
