@@ -97,8 +97,8 @@ def test_editing_grading_yml_rescores_without_regrading(cohort, tmp_path):
     store, tmp = cohort
     gradings = store.count("gradings")
     edited = tmp_path / "grading.yml"
-    text = CONFIG.source.replace("scale:                  {points: 2, visibility: visible}",
-                                 "scale:                  {points: 5, visibility: hidden}", 1)
+    text = CONFIG.source.replace("scale:                  {points: 2, visibility: visible, requires: [attends]}",
+                                 "scale:                  {points: 5, visibility: hidden, requires: [attends]}", 1)
     assert text != CONFIG.source
     edited.write_text(text, encoding="utf-8")
     code = main(["report", "--cohort", "c", "--out", str(tmp / "edited"), "--db", str(tmp / "store.sqlite"),
