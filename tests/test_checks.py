@@ -409,12 +409,13 @@ def test_too_few_live_positions_to_tell_are_not_judged():
 AXES = list(enumerate(["axis_batch", "axis_heads", "axis_queries", "axis_keys"]))
 
 
-@pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.5, 0.75])
 def test_a_mask_drawn_per_entry_is_never_called_paired(p):
     rng = np.random.default_rng(int(p * 1000))
-    for _ in range(200):
-        dropped = rng.random((64, 8, 9, 9)) < p
-        checks.not_paired(dropped, np.ones_like(dropped), p, AXES, "weights")
+    for shape in [(64, 4, 6, 6), (683, 1, 3, 1), (256, 2, 4, 1)] * 20:
+        dropped = rng.random(shape) < p
+        live = rng.random(shape) < 0.9  # masked-out weights are left out of every pair
+        checks.not_paired(dropped, live, p, AXES, "weights")
 
 
 def test_a_symmetric_mask_is_called_mirrored():
@@ -440,6 +441,53 @@ def test_a_mask_tiled_or_repeated_along_an_axis_is_called_paired(axis, period):
             checks.not_paired(dropped, np.ones_like(dropped), 0.5, AXES, "weights")
         assert (failure.value.code, failure.value.params["pairs"]) == ("dropout_mask_paired", f"along_{AXES[axis][1]}")
         assert failure.value.params["apart"] <= distance
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3])
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.5, 0.75])
+def test_draws_turned_against_each_other_are_called_paired(axis, p):
+    """1 - u for the second half of an axis: the right rate, but both halves are never dropped
+    together (p < 1/2) or never kept together (p > 1/2)."""
+    shape = [64, 6, 6, 6] if axis else [3, 12, 12, 12]  # enough pairs 3 apart to tell at p = 0.1
+    shape[axis] = 3
+    u = np.random.default_rng(axis).random(shape)
+    dropped = np.concatenate([u, 1 - u], axis=axis) < p
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(dropped, np.ones_like(dropped), p, AXES, "weights")
+    assert failure.value.code == "dropout_mask_paired"
+    assert (failure.value.params["pairs"], failure.value.params["apart"]) == (f"along_{AXES[axis][1]}", 3)
+    assert failure.value.params["agree"] < failure.value.params["expected"]
+
+
+def test_a_mask_reversed_along_an_axis_is_called_paired():
+    """Key j's draw reused for key T-1-j: keys 0 and T-1 are the only pair at distance T-1."""
+    draw = np.random.default_rng(1).random((256, 2, 4, 4)) < 0.5
+    dropped = np.concatenate([draw, draw[..., ::-1]], axis=-1)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(dropped, np.ones_like(dropped), 0.5, AXES, "weights")
+    assert failure.value.code == "dropout_mask_paired"
+    assert (failure.value.params["pairs"], failure.value.params["apart"]) == ("along_axis_keys", 7)
+
+
+def test_a_mask_reused_at_scattered_positions_is_caught_along_its_axis():
+    """Key j's draw reused for key π(j), π a permutation no single distance describes: the pairs
+    at some distances are partly tied (dropout_mask_paired), each tied pair wholly (linked)."""
+    draw = np.random.default_rng(1).random((512, 2, 3, 5)) < 0.5
+    dropped = np.concatenate([draw, draw[..., [3, 0, 4, 1, 2]]], axis=-1)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(dropped, np.ones_like(dropped), 0.5, AXES, "weights")
+    assert failure.value.code in ("dropout_mask_paired", "dropout_mask_linked")
+    assert failure.value.params["pairs"] == "along_axis_keys"
+
+
+def test_a_mask_tied_across_heads_and_queries_is_called_linked_within_a_row():
+    """Head 1's draw at (query i, key j) is head 0's at (query i + 1, key j + 2), cyclically: no
+    single axis shows it."""
+    draw = np.random.default_rng(2).random((256, 1, 5, 5)) < 0.25
+    dropped = np.concatenate([draw, np.roll(draw, (-1, -2), axis=(-2, -1))], axis=1)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.not_paired(dropped, np.ones_like(dropped), 0.25, AXES, "weights")
+    assert (failure.value.code, failure.value.params["pairs"]) == ("dropout_mask_linked", "within_heads_queries_keys")
 
 
 def test_too_few_pairs_to_tell_are_not_judged():

@@ -1536,3 +1536,33 @@ def test_a_scale_rounded_to_three_decimals_gives_other_weights():
     x = 3 * torch.randn(2, 5, 8)
     _, weights = sa(x)
     assert (weights - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[1]).abs().max() > 1e-5
+
+
+def test_draws_turned_against_each_other_never_agree_at_one_half():
+    """1 - u for the other half (keys, heads, channels): at p = 0.5 two such entries are never
+    dropped alike, where draws made apart agree half the time (agreement's 0.5)."""
+    torch.manual_seed(0)
+    x = torch.randn(128, 6, 4)
+    keys = load("mha_dropout_antithetic_keys").MultiHeadAttention(4, 2, 0.5).double().train()
+    weights = keys(x, x, x)[1]
+    assert agreement(weights[..., :3], weights[..., 3:]) == 0.0
+    module = load("causal_resid_drop_antithetic_channels")
+    layer = module.CausalSelfAttention(config(module, dropout=0.5)).double().train()
+    layer.attn_drop.p = 0.0
+    out = layer(torch.randn(64, 6, 8))  # proj's bias: an entry is 0 only where resid_drop dropped it
+    assert agreement(out[..., :4], out[..., 4:]) == 0.0
+    # two heads of 4 channels, V copying token s (one-hot) to channel s of each head, proj the
+    # identity: channel s of the output is head 0's weight on key s, channel 4 + s head 1's
+    module = load("causal_attn_drop_antithetic_heads")
+    layer = module.CausalSelfAttention(config(module, dropout=0.5)).double().train()
+    with torch.no_grad():
+        layer.qkv.weight[16:] = torch.cat([torch.eye(8)[:4], torch.eye(8)[:4]])
+        layer.qkv.bias[16:] = 0.0
+        layer.proj.weight.copy_(torch.eye(8))
+        layer.proj.bias.zero_()
+    layer.resid_drop.p = 0.0
+    out = layer(torch.eye(8)[:4].expand(256, 4, 8).clone())
+    live = torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(256, 4, 4)
+    assert agreement(out[..., :4][live], out[..., 4:][live]) == 0.0
+    honest = nn.Dropout(0.5)(torch.ones(256, 4, 4))
+    assert abs(agreement(honest[..., :2], honest[..., 2:]) - 0.5) < 0.05

@@ -1,5 +1,6 @@
 """Checks shared by the three classes: each takes plain arrays or a Remote and raises
 PropertyFailure with a message code when the property does not hold."""
+import functools
 import math
 
 import numpy as np
@@ -1009,41 +1010,187 @@ def not_shared_along(dropped, live, axis, name, p, what):
     require(varies.any(), "dropout_mask_shared", p=p, axis=name, size=dropped.shape[axis], what=what)
 
 
-# not_paired looks for a draw repeated this many positions apart at most, along an axis: a mask
-# drawn for 2, 3 or 4 heads and tiled over 8, or for blocks of keys and repeated.
-MAX_PAIR_DISTANCE = 8
-
-# not_paired judges a set of pairs only where a mask drawn per entry agrees on all of them with
-# probability below this: it judges up to MAX_PAIR_DISTANCE distances on each axis of each call.
+# not_paired's families of tests (see there) share this chance of failing a correct dropout, in
+# one call: each family an equal part of it, split evenly among that family's tests.
 PAIRED_MASK_CHANCE = 1e-11
+# Below this many samples of a pair, no count of not_paired's can be out of chance's reach (the
+# most telling, both dropped every time at rate 0.1, has chance 0.01^8 = 1e-16).
+MIN_PAIR_SAMPLES = 8
+# not_paired's third and fourth families are left out where an axis or a batch row has more
+# positions than this: their table of pairs grows as the square (512: 3 MiB a count).
+MAX_ROW_POSITIONS = 512
+# The distances not_paired's first family judges along an axis longer than MAX_ROW_POSITIONS (besides
+# its half): a mask drawn for a few batch rows and tiled.
+LONG_AXIS_DISTANCES = 64
+# Cells of a pair of entries' 2x2 table (both dropped, both kept, one of each) a family judges.
+PAIR_CELLS = 3
 
 
 def not_paired(dropped, live, p, axes, what):
-    """dropped (where dropout zeroed an entry) is not repeated between entries that nn.Dropout
-    draws apart: on each (axis, name) of `axes`, entries d = 1..MAX_PAIR_DISTANCE apart (disjoint
-    pairs (i, i + d), i in every other block of d: a mask drawn for fewer heads or keys and tiled,
-    or drawn per block and repeated); and, where the last two axes are as long and both live
-    somewhere, a weight and its transpose ((i, j) and (j, i): a mask made symmetric,
-    tril(keep) | tril(keep, -1).mT). Such a mask drops both entries of each pair or neither. n
-    disjoint pairs of entries drawn apart all agree with probability (p² + (1-p)²)^n: judged only
-    where that is below PAIRED_MASK_CHANCE."""
-    enough = math.log(PAIRED_MASK_CHANCE) / math.log(p * p + (1 - p) ** 2)
+    """dropped (where dropout zeroed an entry) is drawn apart for every entry, as nn.Dropout draws
+    it: no draw repeated (a mask tiled over heads, made symmetric, repeated for blocks of keys) nor
+    turned against another (1 - u for the other half of the heads, a mask and its complement).
+    For a pair of live entries drawn apart, both are dropped with probability r², both kept
+    with (1 - r)², one of each otherwise (r: the rate they were drawn at, read from `dropped`
+    itself, so that a rate other than p is dropout_rate's to name). not_paired counts those three
+    outcomes over families of pairs, and fails where one count is out of reach of chance:
+    1. along each (axis, name) of `axes`, entries d apart, for every d (disjoint pairs: i in every
+       other block of d; _shifts), all pairs at one d together ("dropout_mask_paired");
+    2. where the last two axes are both judged and as long, a weight and its transpose
+       ((i, j) and (j, i), "dropout_mask_mirrored");
+    3. along each axis, each pair of positions i < j on its own, counted over the other axes
+       ("dropout_mask_linked");
+    4. where two axes or more besides the batch are judged, each pair of positions of a batch row
+       on its own (across heads, queries and keys at once), counted over the batch.
+    Each count's chance is bounded by Chernoff's bound on the binomial's tail (never below the
+    true chance), the rate taken at the end of dropout_rate's band around r that is kindest to
+    it; a family fails below PAIRED_MASK_CHANCE / 4 shared among its tests. The first family
+    that fails names the mistake, by its most telling pair."""
+    axes = list(axes)
+    drawn = dropped & live
+    total = int(live.sum())
+    if not total or not drawn.any() or drawn.sum() == total:
+        return
+    rate = drawn.sum() / total
+    band = RATE_SIGMAS * math.sqrt(rate * (1 - rate) / total) + 1 / total
+    rates = (max(rate - band, 0.0), min(rate + band, 1.0))
+    names = dict(p=p, what=what)
+    for family in _pair_families(drawn, live, axes):
+        failed = _most_telling(family[0], rate, rates, math.log(PAIRED_MASK_CHANCE / 4))
+        if failed is not None:
+            count, agree, expected, at = failed
+            code, params = family[1](at)
+            raise PropertyFailure(code, **names, **params, count=count, agree=agree, expected=expected)
 
-    def judge(first, second, both, code, **params):
-        if both.sum() > enough:
-            require(np.any(first[both] != second[both]), code, p=p, what=what, count=int(both.sum()), **params)
 
-    for axis, name in axes:
-        size = dropped.shape[axis]
-        for distance in range(1, min(MAX_PAIR_DISTANCE, size - 1) + 1):
-            start = np.arange(size - distance)
-            start = start[(start // distance) % 2 == 0]
-            first, second = (np.take(dropped, index, axis=axis) for index in (start, start + distance))
-            both = np.take(live, start, axis=axis) & np.take(live, start + distance, axis=axis)
-            judge(first, second, both, "dropout_mask_paired", pairs=f"along_{name}", apart=distance)
-    if dropped.ndim >= 2 and dropped.shape[-1] == dropped.shape[-2]:
-        upper = np.triu(np.ones(dropped.shape[-2:], dtype=bool), 1)
-        judge(dropped, np.swapaxes(dropped, -1, -2), live & np.swapaxes(live, -1, -2) & upper, "dropout_mask_mirrored")
+def _pair_families(drawn, live, axes):
+    """not_paired's four families, each as (counts, describe): counts an array (..., 3) of (pairs
+    with both entries live, both dropped, both kept) per test, describe(index of a test) -> its
+    (code, params)."""
+    judged = [axis for axis, _ in axes]
+    name_of = dict(axes)
+    rows = {axis: _pair_rows(drawn, live, [axis]) for axis in judged}
+    along = {axis: _shift_counts(rows[axis]) for axis in judged}
+    shifts = [(axis, distance) for axis in judged for distance in along[axis][1]]
+    if shifts:
+        counts = np.concatenate([along[axis][0] for axis in judged])
+        yield counts, lambda at: ("dropout_mask_paired", {"pairs": f"along_{name_of[shifts[at][0]]}",
+                                                          "apart": shifts[at][1]})
+    last = drawn.ndim - 1
+    if last >= 1 and {last - 1, last} <= set(judged) and drawn.shape[-1] == drawn.shape[-2]:
+        upper = np.triu(np.ones(drawn.shape[-2:], dtype=bool), 1)
+        both = live & np.swapaxes(live, -1, -2) & upper
+        mirror = np.swapaxes(drawn, -1, -2)
+        counts = np.array([[both.sum(), (drawn & mirror & both).sum(), (~drawn & ~mirror & both).sum()]])
+        yield counts, lambda at: ("dropout_mask_mirrored", {})
+    for axis in judged:
+        yield from _each_pair(rows[axis], f"along_{name_of[axis]}", int)
+    positions = [axis for axis in judged if axis != 0]
+    if len(positions) >= 2:
+        shape = [drawn.shape[axis] for axis in positions]
+        within = "within_" + "_".join(name_of[axis].removeprefix("axis_") for axis in positions)
+        yield from _each_pair(_pair_rows(drawn, live, positions), within,
+                              lambda i: str(tuple(int(k) for k in np.unravel_index(i, shape))))
+
+
+def _pair_rows(drawn, live, axes):
+    """(both live, dropped, kept) as float (S, M) matrices: the positions over `axes` (flattened)
+    against the samples (the other axes), whose products count pairs of positions; with their
+    (S, S) products where S is at most MAX_ROW_POSITIONS (None beyond)."""
+    def flat(flags):
+        moved = np.moveaxis(flags, axes, range(len(axes)))
+        return moved.reshape(math.prod(moved.shape[:len(axes)]), -1).astype(np.float64)
+
+    rows = [flat(live), flat(drawn), flat(live & ~drawn)]
+    tables = [r @ r.T for r in rows] if rows[0].shape[0] <= MAX_ROW_POSITIONS else None
+    return rows, tables
+
+
+@functools.lru_cache(maxsize=64)
+def _shifts(size):
+    """The disjoint pairs (i, i + d) of positions 0..size-1 (i in every other block of d) at each
+    distance d that not_paired judges, as (first, second, index of d) arrays, and those distances:
+    all of them up to MAX_ROW_POSITIONS positions; on a longer axis (the batch of the examples with
+    few weights each), d up to LONG_AXIS_DISTANCES and the half (a mask drawn for half the batch)."""
+    distances = range(1, size)
+    if size > MAX_ROW_POSITIONS:
+        distances = sorted({*range(1, LONG_AXIS_DISTANCES + 1), size // 2, (size + 1) // 2})
+    pairs = []
+    for index, distance in enumerate(distances):
+        start = np.arange(size - distance)
+        start = start[(start // distance) % 2 == 0]
+        pairs.append((start, start + distance, np.full(start.size, index)))
+    return tuple(np.concatenate(column) for column in zip(*pairs)), list(distances)
+
+
+def _shift_counts(rows):
+    """not_paired's counts summed over the disjoint pairs at each distance along _pair_rows'
+    positions, and those distances: ((distances, 3), distances)."""
+    rows, tables = rows
+    size = rows[0].shape[0]
+    if size < 2:
+        return np.zeros((0, PAIR_CELLS)), []
+    (first, second, index), distances = _shifts(size)
+    if tables is not None:
+        products = [table[first, second] for table in tables]
+    else:
+        products = [np.einsum("km,km->k", flags[first], flags[second]) for flags in rows]
+    counts = np.stack([np.bincount(index, weights=p, minlength=len(distances)) for p in products], axis=-1)
+    return counts, distances
+
+
+def _each_pair(rows, pairs, position):
+    """Family 3 or 4: each pair of positions of `rows` on its own, where there are at most
+    MAX_ROW_POSITIONS positions (the table grows as their square) and MIN_PAIR_SAMPLES samples
+    (fewer cannot tell, and would only share the family's chance)."""
+    rows, tables = rows
+    size, samples = rows[0].shape
+    if tables is None or size < 2 or samples < MIN_PAIR_SAMPLES:
+        return
+    first, second = np.triu_indices(size, 1)
+    table = np.stack([table[first, second] for table in tables], axis=-1)
+    yield table, lambda at: ("dropout_mask_linked", {"pairs": pairs, "first": position(first[at]),
+                                                     "second": position(second[at])})
+
+
+def _most_telling(counts, rate, rates, log_chance):
+    """The test of `counts` (T, 3) whose count is least likely by chance, as (pairs, agreeing
+    pairs, agreeing pairs expected at `rate`, its index), if that is below exp(log_chance) / (6 K)
+    for every rate in `rates` (low, high), K the tests that could get there at all (both tails of
+    three cells: 6 K); else None."""
+    counts = np.asarray(counts, dtype=np.float64).reshape(-1, PAIR_CELLS)
+    low, high = rates
+    chances = np.array([[low ** 2, high ** 2], [(1 - high) ** 2, (1 - low) ** 2],
+                        sorted([2 * low * (1 - low), 2 * high * (1 - high)])])
+    if low <= 0.5 <= high:
+        chances[2, 1] = 0.5
+    with np.errstate(divide="ignore"):  # the most one pair can tell: every pair in a cell, or none
+        most = float(np.max([-np.log(chances[:, 1]), -np.log1p(-chances[:, 0])]))
+    pairs = counts[:, 0]
+    reachable = np.flatnonzero(pairs * most >= math.log(pairs.size * 2 * PAIR_CELLS) - log_chance)
+    if not reachable.size:
+        return None
+    pairs, counts = pairs[reachable], counts[reachable]
+    observed = np.stack([counts[:, 1], counts[:, 2], pairs - counts[:, 1] - counts[:, 2]], axis=-1)
+    fraction = observed / pairs[:, None]
+    # Chernoff: P(X/n >= f) <= exp(-n KL(f || c)) for f above the largest chance c, and below alike
+    above = np.where(fraction > chances[:, 1], _divergence(fraction, chances[:, 1]), 0.0)
+    below = np.where(fraction < chances[:, 0], _divergence(fraction, chances[:, 0]), 0.0)
+    best = (np.maximum(above, below) * pairs[:, None]).max(axis=-1)
+    at = int(np.argmax(best))
+    if best[at] < math.log(reachable.size * 2 * PAIR_CELLS) - log_chance:
+        return None
+    agreeing = observed[at, 0] + observed[at, 1]
+    expected = pairs[at] * (rate ** 2 + (1 - rate) ** 2)
+    return int(pairs[at]), int(agreeing), int(round(expected)), int(reachable[at])
+
+
+def _divergence(fraction, chance):
+    """Kullback-Leibler divergence of Bernoulli(fraction) from Bernoulli(chance), elementwise;
+    infinite where chance is 0 or 1 and fraction is not."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = [np.where(f > 0, f * np.log(f / c), 0.0) for f, c in ((fraction, chance), (1 - fraction, 1 - chance))]
+    return np.nan_to_num(terms[0] + terms[1], nan=np.inf, posinf=np.inf)
 
 
 def dropped_entrywise(trained, evaluated, p):
