@@ -17,8 +17,11 @@ crash here would leave no results.json at all. The limits are far above any hone
   compressed with Deflate, the only methods whose output zipfile reads in bounded steps;
 - a notebook: MAX_CELLS = 5,000 cells and MAX_NOTEBOOK_CODE = 2 MiB of code (as a .py), parsed
   here, outside the sandbox, one cell at a time; ast needs up to ~700 bytes of memory per byte of
-  code (nested calls, f-strings), so a code cell over MAX_CELL_CODE = 128 KiB (pasted data, say)
-  is dropped unparsed, as if it were text: the classes lose only what they take from it.
+  code (nested calls, f-strings, a long tuple of constants), so a code cell over MAX_CELL_CODE =
+  128 KiB (pasted data, say) is dropped unparsed, as if it were text: the classes lose only what
+  they take from it. A .py (or a zip's member) is parsed here only up to that size too (whether
+  it is still the stub, whether Python reads its declared encoding); the worker, under its
+  limits, is what compiles it whole.
 
 Symbolic links are refused wherever they appear (the submission itself, any entry of a folder at
 any depth, any member of a zip): as root, following one would grade another student's file or
@@ -181,8 +184,9 @@ def _unfinished(text):
     """Whether a module's graded classes are still the stub's: True if one of them is missing, or
     its last definition has a method whose body is just `raise NotImplementedError` (a docstring,
     comments or `pass` aside); False if all are written; None if that cannot be told (code that
-    does not parse, or too long to parse here: ast takes up to 1 KiB of memory per byte)."""
-    if len(text) > MAX_NOTEBOOK_CODE:
+    does not parse, or over MAX_CELL_CODE: ast takes up to ~700 bytes of memory per byte of code,
+    here in the grader's own process)."""
+    if len(text) > MAX_CELL_CODE:
         return None
     try:
         tree = ast.parse(text)
@@ -432,7 +436,11 @@ def _python_reads(data, text, name):
     null bytes; utf-7's '+'): a file that neither `python file.py` nor an import can run must not
     be graded as the text a codec made of it. Judged by compiling both: where only the text
     compiles, the codec is the problem; where neither does, the syntax error is the student's, and
-    is reported as such, at its line."""
+    is reported as such, at its line. Over MAX_CELL_CODE, too long to compile here (the module's
+    docstring): not read, as a file Python refuses (the student saves it as UTF-8)."""
+    if len(data) > MAX_CELL_CODE:
+        return False
+
     def compiles(source):
         try:
             compile(source, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
