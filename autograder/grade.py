@@ -121,21 +121,29 @@ def collect_loaded(loaded, config, slot=0, private=(), worker_class=Worker):
 
 
 def grade(path, config, out_dir=None, slot=0, previous=None):
-    """Grade and, when out_dir is given, write out_dir/results.json (last, after the worker is gone)."""
+    """Grade and, when out_dir is given, write out_dir/results.json (last, after the worker is gone,
+    into the folder as it was when grading started: results.Folder)."""
+    if out_dir is None:
+        return _grade(path, config, None, slot, previous)
+    with results.Folder(out_dir) as folder:
+        return _grade(path, config, folder, slot, previous)
+
+
+def _grade(path, config, folder, slot, previous):
     started = time.monotonic()
-    collected = collect_outcomes(path, config, slot, private=[out_dir] if out_dir else [])
+    collected = collect_outcomes(path, config, slot, private=[folder.path] if folder else [])
     # What made whole groups of tests fail at once (the file, a class not written yet) goes to the
     # top of results.json, once; each of those tests says it in one line.
     scored = scoring.score(collected.outcomes, config)
     overview = feedback.overview(collected.outcomes, config.language, collected.graded_file)
     graded = Graded(collected.outcomes, scored, time.monotonic() - started, collected.peak_rss_mib,
                     collected.isolation)
-    if out_dir is not None:
+    if folder is not None:
         version, suite_hash = suite_version(config)
         data = results.build(
             scored, execution_time=graded.seconds, output="\n\n".join(filter(None, (overview, previous))),
             extra_data={"grader_version": version, "suite": suite_hash, "grading_yml": grading_yml_hash(config),
                         "language": config.language, "isolation": graded.isolation},
         )
-        results.write(Path(out_dir) / "results.json", data)
+        folder.write("results.json", data)
     return graded
