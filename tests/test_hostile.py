@@ -47,7 +47,8 @@ TEST_BASE_UID = 63000
 ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_solution", "sa_leave_residue",
              "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names", "sa_socket_hog",
              "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory", "sa_pty_hog",
-             "sa_keyring_persistent", "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded"}
+             "sa_keyring_persistent", "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded",
+             "sa_perf_ring_pinned"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -83,7 +84,7 @@ ONE_CLASS = {
 # Correct code plus an attack on the grader: full marks, nothing more and nothing less.
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
-                "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded",
+                "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded", "sa_perf_ring_pinned",
                 "csa_cfg_bias_resized_for_bare_cfg"}
 # A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
