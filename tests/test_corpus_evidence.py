@@ -1566,3 +1566,11 @@ def test_draws_turned_against_each_other_never_agree_at_one_half():
     assert agreement(out[..., :4][live], out[..., 4:][live]) == 0.0
     honest = nn.Dropout(0.5)(torch.ones(256, 4, 4))
     assert abs(agreement(honest[..., :2], honest[..., 2:]) - 0.5) < 0.05
+
+
+def test_a_cfg_that_rounds_dropout_trains_at_another_rate():
+    module = load("causal_cfg_post_init_rounds_dropout")
+    assert module.Cfg(dropout=0.25).dropout == 0.2
+    assert module.Cfg(64, 8, 24, 0.25).dropout == 0.2  # by position alike: the order is right
+    layer = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=2, block_size=8, dropout=0.25))
+    assert layer.attn_drop.p == 0.2 and layer.resid_drop.p == 0.2

@@ -539,6 +539,12 @@ def cfg_by_position(default, sizes):
                 if not error.raised:
                     raise
                 return  # a constructor that raises with these: the other checks' to name
+        if built.config_not_kept:
+            # by name too? Then the fields are not kept at all (a __post_init__ that rounds dropout),
+            # whatever their order: said as such, not as an order to fix
+            named = Remote(default.worker, CLS, **given)
+            named.build()
+            require(not named.config_not_kept, "cfg_fields_not_kept", names=named.config_not_kept)
         call = f"Cfg({', '.join(repr(v) for v in given.values())})"
         require(not built.config_not_kept, "cfg_fields_out_of_order", call=call,
                 given=", ".join(f"{k}={v!r}" for k, v in given.items()))
