@@ -119,6 +119,10 @@ REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
 # Outputs of a dtype the grader refuses (complex: its real part alone would pass): every test of
 # that class that runs forward fails with this code, or for want of a test that does.
 REFUSED_OUTPUT = {"mha_weights_in_a_complex_buffer": ("MultiHeadAttention", "submission.output_dtype")}
+# Correct code that acts on what a hidden test showed it (the inputs of SelfAttention's large_inputs,
+# hidden until the due date): only tests hidden as well can see it, since every hidden test runs
+# after every visible one. name -> the (class, property) that lose their points, all hidden.
+TOLD_HIDDEN = {"mha_told_hidden_inputs": {("MultiHeadAttention", "large_inputs"), ("MultiHeadAttention", "device")}}
 # Files that once made the grader fail on its own (exit 4): held to what holds for every file
 # (test_grading_is_bounded_valid_and_leaves_nothing, no grader error among them), nothing more.
 # The two that change their CausalSelfAttention under torch.inference_mode() once scored as the
@@ -211,6 +215,7 @@ def corpus():
 
 def test_every_corpus_file_has_an_expectation():
     expected = (set(WHOLE_FILE) | set(ONE_CLASS) | AS_REFERENCE | AS_NO_SCALING | set(AS_HONEST) | set(NO_BETTER) | set(REFUSED_OUTPUT)
+                | set(TOLD_HIDDEN)
                 | GRADER_ONCE_FAILED | OUTSIDE_PROCESSES | set(CLEANUP_STRESS) | FORGED | set(HUGE))
     assert sorted(expected) == sorted(path.stem for path in HOSTILE.glob("*.py"))
 
@@ -430,6 +435,12 @@ def test_a_mistake_hidden_from_the_worker_costs_what_it_costs_in_the_open(graded
 @pytest.mark.parametrize("name", sorted(NO_BETTER))
 def test_a_mistake_hidden_from_its_property_buys_no_point(graded, name):
     assert graded[name]["results"]["score"] <= graded[NO_BETTER[name]]["results"]["score"]
+
+
+@pytest.mark.parametrize("name", sorted(TOLD_HIDDEN))
+def test_what_a_hidden_test_shows_reaches_no_visible_test(graded, name):
+    lost = {tuple(test["tags"]) for test in graded[name]["results"]["tests"] if test["score"] < test["max_score"]}
+    assert lost == TOLD_HIDDEN[name]
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_OUTPUT))
