@@ -286,3 +286,16 @@ def test_with_namespaces_a_worker_sees_only_the_systems_folders_and_its_own(tmp_
     finally:
         shutil.rmtree(folder)
         single.unlink(missing_ok=True)
+
+
+def test_a_world_writable_folder_inside_another_owners_folder_is_a_writable_place():
+    """/tmp/x (root's, 0755) holding /tmp/x/shared (0777): a worker uid can write there, and what
+    it leaves is no top-level entry of /tmp, so the folder must be a place of its own."""
+    outer = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        shared = outer / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        assert str(shared) in residue.writable_places.__wrapped__()
+    finally:
+        shutil.rmtree(outer)

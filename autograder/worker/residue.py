@@ -24,6 +24,7 @@ from . import procfs
 # Where a worker can write on any machine, whatever the scan finds.
 KNOWN_PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue")
 SCAN_DEPTH = 3  # folders this deep below / are searched for world-writable ones (~30 ms)
+SCAN_FOLDERS = 20_000  # folders that search reads at most
 SCAN_SKIPPED = ("/proc", "/sys", "/usr/lib", "/usr/share", "/usr/include", "/usr/src")
 MAX_ENTRIES = 4096  # files a worker may make: counting stops here and the worker is over its disk limit
 MAX_DEPTH = 64  # folder depth likewise: each check then resolves at most MAX_ENTRIES paths this long
@@ -54,11 +55,14 @@ def sysv_objects(uid, kind):
 
 @functools.lru_cache(maxsize=1)
 def writable_places():
-    """The world-writable folders of this machine (the known ones, and any a shallow scan finds),
-    outermost only: the places where a worker uid can leave files outside its sandbox."""
-    found, pending = set(), [("/", 0)]
-    while pending:
+    """The world-writable folders of this machine (the known ones, and any a scan SCAN_DEPTH deep
+    finds, inside other world-writable folders too: a root-owned folder in /tmp may hold one, whose
+    entries are no top-level entry of /tmp): the places where a worker uid can leave files outside
+    its sandbox. At most SCAN_FOLDERS folders are read (a /tmp of many folders, say)."""
+    found, pending, read = set(), [("/", 0)], 0
+    while pending and read < SCAN_FOLDERS:
         folder, depth = pending.pop()
+        read += 1
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
@@ -67,15 +71,14 @@ def writable_places():
                             continue
                         if entry.stat(follow_symlinks=False).st_mode & 0o002:
                             found.add(entry.path)
-                        elif depth + 1 < SCAN_DEPTH:
+                        if depth + 1 < SCAN_DEPTH:
                             pending.append((entry.path, depth + 1))
                     except OSError:
                         continue
         except OSError:
             continue
     found.update(os.path.realpath(place) for place in KNOWN_PLACES if os.path.isdir(place))
-    return tuple(sorted(place for place in found
-                        if not any(place.startswith(other + "/") for other in found)))
+    return tuple(sorted(found))
 
 
 def _owners(folders):
