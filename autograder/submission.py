@@ -59,6 +59,10 @@ MAX_ZIP_DIRECTORY = 2 << 20
 MAX_CELLS = 5_000
 MAX_NOTEBOOK_CODE = 2 << 20
 MAX_CELL_CODE = 128 << 10
+# JSON items (objects, arrays, and values after a comma, counted as its `{`, `[` and `,`, strings'
+# own included) a notebook may hold: json makes an object of each (16 MiB of `{},` took the
+# grader's process to 446 MB); a real one, whose outputs are mostly base64 text, holds far fewer.
+MAX_JSON_ITEMS = 1_000_000
 MAX_SHOWN = 200  # characters of a name or message shown to the student: zip names reach 64 KiB
 IGNORED = {"conftest.py", "setup.py", "sitecustomize.py", "usercustomize.py"}
 
@@ -456,7 +460,7 @@ _CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")  # PEP 263's dec
 def _renamed_notebook(text):
     """Whether a .py holds a notebook's JSON (a notebook renamed attention.py, as the statement asks
     for that name): then it is read as the notebook it is."""
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith("{") or _json_items(text) > MAX_JSON_ITEMS:
         return False
     try:
         data = json.loads(text)
@@ -1195,8 +1199,15 @@ def _nbformat3_cells(worksheets):
     return [cell for worksheet in worksheets for cell in worksheet["cells"]]
 
 
+def _json_items(text):
+    """An upper bound of the objects json.loads would make of `text` (MAX_JSON_ITEMS)."""
+    return text.count("{") + text.count("[") + text.count(",")
+
+
 def _code_cells(text, name):
     """The source of each code cell; a notebook not shaped as nbformat's is refused, not guessed at."""
+    if _json_items(text) > MAX_JSON_ITEMS:
+        raise SubmissionUnreadable("notebook_too_many_items", file=name, limit=MAX_JSON_ITEMS)
     try:
         notebook = json.loads(text)
     except (ValueError, RecursionError):

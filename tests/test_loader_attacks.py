@@ -519,3 +519,30 @@ def test_damaged_zips_load_or_are_refused(scratch, members, flips, cut):
         data[position % len(data)] = value
     assume(cut < len(data))
     loads_or_refuses(write(scratch / "entrega.zip", bytes(data[:len(data) - cut])))
+
+
+def test_a_notebook_of_millions_of_json_items_is_refused_before_parsing(tmp_path):
+    """16 MiB of `{},` took the grader's own process to 446 MB in json.loads: refused by count."""
+    path = tmp_path / "attention.ipynb"
+    path.write_text('{"cells": [], "metadata": {"x": [' + "{}," * (submission.MAX_JSON_ITEMS // 2) + '{}]}, "nbformat": 4}')
+    with pytest.raises(submission.SubmissionUnreadable) as refused:
+        submission.load(path)
+    assert refused.value.code == "notebook_too_many_items"
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_a_long_tuple_of_constants_is_not_parsed_by_the_grader(tmp_path, encoding):
+    """ast takes ~700 bytes per byte of `0,0,0,...`: a 2 MiB file took the grader's own process to
+    1.5 GB when it parsed it whole to tell the stub (a latin-1 one twice). Now its text alone."""
+    path = tmp_path / "attention.py"
+    head = "# -*- coding: latin-1 -*-\n# é\n" if encoding == "latin-1" else ""
+    path.write_bytes((head + "DATA = (" + "0," * (submission.MAX_BYTES // 2 - 64) + ")\n").encode(encoding))
+
+    def load():
+        try:
+            return submission.load(path)
+        except SubmissionUnreadable as exc:
+            return exc.code
+
+    result = bounded(load, mebibytes=40)  # a few copies of the 2 MiB text
+    assert result == "not_utf8" if encoding == "latin-1" else isinstance(result, Submission)
