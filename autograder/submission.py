@@ -743,7 +743,7 @@ def _statements(tree, code, cell, written=frozenset()):
             kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
         elif isinstance(node, _DEFINITIONS):
             kind, names = "definition", (node.name,)
-        elif isinstance(node, _STATEMENTS):
+        elif isinstance(node, _STATEMENTS) or _walrus(node):
             kind, names = "statement", _bound(node)
         elif attached := _attaching_loop(node):
             kind, names = "statement", (*_bound(node), *attached)
@@ -926,6 +926,12 @@ def _sets_attributes(text):
                                                 and t.value.id in parameters for t in node.targets):
             return True
     return False
+
+
+def _walrus(node):
+    """Whether a top-level expression binds a name with `:=` (`(BLOCK := 16)`, `print(N := 8)`):
+    an assignment as much as `BLOCK = 16`, kept when kept code reads the name."""
+    return isinstance(node, ast.Expr) and any(isinstance(n, ast.NamedExpr) for n in ast.walk(node.value))
 
 
 def _mutated(node):

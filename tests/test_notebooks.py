@@ -296,6 +296,20 @@ def test_of_a_statement_only_what_binds_a_used_name_is_kept():
     assert names(source) == ["cfg", "SelfAttention", "Cfg"]
 
 
+def test_a_walrus_at_the_top_of_a_cell_binds_as_an_assignment_does():
+    """`(BLOCK := 16)` alone on a line, or inside a print: BLOCK is as bound as by `BLOCK = 16`
+    (an outside writer's notebook lost every point to a NameError)."""
+    source = kept(
+        "import torch",
+        "(BLOCK := 16)\nprint(WIDTH := 8)\nprint('unused')",
+        "class SelfAttention:\n    size = BLOCK * WIDTH",
+    )
+    assert "(BLOCK := 16)" in source and "print(WIDTH := 8)" in source and "'unused'" not in source
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"].size == 128
+
+
 def test_every_binding_of_a_used_name_is_kept_in_order():
     source = kept(
         "WIDTH = 16", "WIDTH = 32\nWIDTH += 1", "cfg = Box()\ncfg.width = WIDTH\ncfg.heads[0] = 2",
