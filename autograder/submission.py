@@ -648,7 +648,7 @@ def _written_module(magic_line, used):
 # `from m import ...` (also indented, in an if or try), `%run m.py` / `%run -i m.py`, and
 # exec(open("m.py").read()).
 _IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)"
-                       r"|from[ \t]+([\w.]+)[ \t]+import\b)", re.MULTILINE)
+                       r"|from[ \t]+([\w.]+)[ \t]+import\b[ \t(]*([\w \t,]*))", re.MULTILINE)
 _RUN = re.compile(r"""(?:^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+|\bexec\(\s*open\(\s*)['"]?([^'"\s)]+)\.py\b""", re.MULTILINE)
 
 
@@ -657,9 +657,10 @@ def _modules_used(sources):
     text: a cell that does not parse may still import)."""
     used = set()
     for source in sources:
-        for imports, origin in _IMPORTED.findall(source):
+        for imports, origin, taken in _IMPORTED.findall(source):
             used.update(part.split()[0] for part in imports.split(",") if part.strip())
-            used.update([origin] if origin else ())
+            if origin:  # `from modelos import atencion` may import the module modelos/atencion.py
+                used.update([origin, *(f"{origin}.{part.split()[0]}" for part in taken.split(",") if part.strip())])
         used.update(path.strip("./").replace("/", ".") for path in _RUN.findall(source))
     return frozenset(used)
 
@@ -730,6 +731,10 @@ def _statements(tree, code, cell, written=frozenset()):
                 found.append(_Statement(text, 0, len(text), cell, node.lineno, "statement",
                                         [alias.asname for alias in renamed]))
             continue
+        if isinstance(node, ast.ImportFrom) and not node.level and any(
+                f"{node.module}.{alias.name}" in written for alias in node.names):
+            found.append(_written_module_import(node, cell, written))
+            continue
         if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
             found.append(_written_module_import(node, cell, written))
             continue
@@ -768,16 +773,33 @@ def _statements(tree, code, cell, written=frozenset()):
 
 
 def _written_module_import(node, cell, written):
-    """`import capas` (or `import capas as c`) of a module the notebook writes with %%writefile:
-    that cell's code is part of this module already, so the name is bound to this module itself
-    (`capas.core(...)` then finds the cell's `core`, kept with everything that cell binds whenever
-    the name is used); other modules of the same statement are imported as written."""
-    parts = [f"{alias.asname or alias.name} = __import__(__name__)" if alias.name in written
-             else ast.unparse(ast.Import(names=[alias])) for alias in node.names]
+    """`import capas`, `import capas as c`, `import modelos.atencion` or `from modelos import
+    atencion` of a module the notebook writes with %%writefile: that cell's code is part of this
+    module already, so the name is bound to this module itself (`capas.core(...)` then finds the
+    cell's `core`, kept with everything that cell binds whenever the name is used; a dotted name's
+    first part to a namespace holding it, as the package it stands for); other modules of the same
+    statement are imported as written."""
+    if isinstance(node, ast.ImportFrom):
+        modules = [(alias, f"{node.module}.{alias.name}") for alias in node.names]
+    else:
+        modules = [(alias, alias.name) for alias in node.names]
+    parts, binds = [], []
+    for alias, module in modules:
+        name = alias.asname or (alias.name if isinstance(node, ast.ImportFrom) else _top(alias.name))
+        binds.append(name)
+        if module not in written:
+            parts.append(ast.unparse(type(node)(names=[alias], **(
+                {"module": node.module, "level": 0} if isinstance(node, ast.ImportFrom) else {}))))
+        elif alias.asname or isinstance(node, ast.ImportFrom) or "." not in module:
+            parts.append(f"{name} = __import__(__name__)")
+        else:  # import modelos.atencion: modelos.atencion.core(...) reads this module's core
+            value = "__import__(__name__)"
+            for part in reversed(module.split(".")[1:]):
+                value = f"__import__('types').SimpleNamespace({part}={value})"
+            parts.append(f"{name} = {value}")
     text = "; ".join(parts).encode()
-    return _Statement(text, 0, len(text), cell, node.lineno, "alias",
-                      [alias.asname or _top(alias.name) for alias in node.names],
-                      {alias.name for alias in node.names if alias.name in written})
+    return _Statement(text, 0, len(text), cell, node.lineno, "alias", binds,
+                      {module for _, module in modules if module in written})
 
 
 def _main_quoted(name, above, data, starts):
