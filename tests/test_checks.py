@@ -664,3 +664,14 @@ def test_a_causal_row_left_whole_must_be_the_rescaled_one():
         checks.left_whole_rescaled(np.where(np.arange(6)[None, :, None] == 4, evaluated, moved), evaluated, rescaled,
                                    0.004, "attn_drop", "fused=False")
     assert (failure.value.code, failure.value.params["factor"]) == ("layer_dropout_wrong_factor", 1.0)
+
+
+def test_a_tiny_rate_is_judged_against_its_chance_not_a_normal_band():
+    """At p = 1e-6 over 174k entries (0.17 drops expected): up to 8 drops pass (chance of 9 or
+    more below 1e-11), float16's ~42 fail."""
+    checks.dropped_at_a_tiny_rate(8, 174_000, 1e-6, "weights")
+    with pytest.raises(PropertyFailure) as failure:
+        checks.dropped_at_a_tiny_rate(42, 174_000, 1e-6, "weights")
+    assert failure.value.code == "dropout_rate_floor"
+    rng = np.random.default_rng(0)
+    assert all(rng.binomial(174_000, 1e-6) < 9 for _ in range(10_000))

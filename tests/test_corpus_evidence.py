@@ -1574,3 +1574,16 @@ def test_a_cfg_that_rounds_dropout_trains_at_another_rate():
     assert module.Cfg(64, 8, 24, 0.25).dropout == 0.2  # by position alike: the order is right
     layer = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=2, block_size=8, dropout=0.25))
     assert layer.attn_drop.p == 0.2 and layer.resid_drop.p == 0.2
+
+
+def test_a_dropout_drawn_in_float16_drops_far_more_than_a_tiny_rate():
+    """At p = 1e-6, nn.Dropout drops about one weight in a million; uniforms drawn in float16 are
+    exactly 0 once in 4096 draws, and `u >= p` drops each of those."""
+    torch.manual_seed(0)
+    module = load("mha_dropout_drawn_in_float16").MultiHeadAttention(8, 2, 1e-6).double().train()
+    x = torch.randn(64, 40, 8)
+    weights = module(x, x, x)[1]  # 204,800 weights
+    dropped = int((weights == 0).sum())
+    assert dropped > 20  # ~50 expected; float32 draws: 0.2
+    honest = nn.Dropout(1e-6)(torch.ones(64, 2, 40, 40))
+    assert int((honest == 0).sum()) <= 3

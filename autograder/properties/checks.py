@@ -950,6 +950,25 @@ def dropout_rate(dropped, total, p, what):
             fraction=round(dropped / total, 3), dropped=dropped, total=total)
 
 
+# dropped_at_a_tiny_rate fails where so many drops have a chance below this (Chernoff's bound).
+TINY_RATE_CHANCE = 1e-11
+
+
+def dropped_at_a_tiny_rate(dropped, total, p, what):
+    """At a rate far below 1/total (strategies.TINY_P), a dropout drawn in float32 drops about
+    total·p entries, almost always none; one whose draw has a floor above p drops more: uniforms
+    drawn in float16 or bfloat16 are exactly 0 once in 4096 or 512 draws, and `u < p` drops those
+    (42 of 174k weights in float16, where 0.17 are expected). Fails where `dropped` or more has a
+    chance below TINY_RATE_CHANCE: Chernoff's bound, exp(-n·KL(dropped/n || p)), never below it."""
+    expected = total * p
+    if dropped <= expected:
+        return
+    share = dropped / total
+    divergence = share * math.log(share / p) + (1 - share) * math.log((1 - share) / (1 - p))
+    require(total * divergence < -math.log(TINY_RATE_CHANCE), "dropout_rate_floor", what=what, p=p,
+            dropped=dropped, total=total, expected=round(expected, 2))
+
+
 def _rate_fits(dropped, total, p):
     return abs(dropped - total * p) <= RATE_SIGMAS * math.sqrt(total * p * (1 - p)) + 1
 

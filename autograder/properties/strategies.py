@@ -119,6 +119,9 @@ LONGEST_CAUSAL = {"B": 1, "T": 300, "block_size": 300, "n_head": 4, "n_embd": 32
 # or zeroes floor(p·N) entries of each call never drops one; nn.Dropout drops none of the 7,200
 # with probability (1 - p)^7200 < 1e-12.
 RARE_P, RARE_CALLS = 0.004, 30
+# longest_dropout once more at a rate whose drops, over the longest call's weights, are expected
+# far below one (checks.dropped_at_a_tiny_rate): a draw with a floor above it shows.
+TINY_P = 1e-6
 RARE_MULTI_HEAD = {"B": 1, "Tq": 12, "Tk": 10, "h": 2, "d_model": 8, "seed": 8}  # 240 weights a call
 RARE_CAUSAL = {"B": 1, "T": 15, "block_size": 15, "n_head": 2, "n_embd": 16, "seed": 8}  # 240 of each
 

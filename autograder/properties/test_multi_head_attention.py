@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -391,6 +391,10 @@ def longest_dropout(worker, dims):
     live = evaluated != 0
     checks.dropout_rate(int(((outputs(rare.run(*args, train=True, seed=3), dims)[1] == 0) & live).sum()),
                         int(live.sum()), RARE_P, "weights")
+    # and at a rate whose expected drops here are far below one: a draw in float16 drops ~42
+    tiny = loaded(worker, dims, dropout=TINY_P)[0]
+    checks.dropped_at_a_tiny_rate(int(((outputs(tiny.run(*args, train=True, seed=4), dims)[1] == 0) & live).sum()),
+                                  int(live.sum()), TINY_P, "weights")
     value = args[2].astype(np.float64)
     from_eval = reference.multi_head_output_from_weights(module.params, dims["h"], value, evaluated)
     if not np.allclose(eval_output, from_eval, atol=1e-5, rtol=1e-4):
