@@ -963,8 +963,7 @@ def dropped_at_a_tiny_rate(dropped, total, p, what):
     expected = total * p
     if dropped <= expected:
         return
-    share = dropped / total
-    divergence = share * math.log(share / p) + (1 - share) * math.log((1 - share) / (1 - p))
+    divergence = float(_divergence(np.float64(dropped / total), p))
     require(total * divergence < -math.log(TINY_RATE_CHANCE), "dropout_rate_floor", what=what, p=p,
             dropped=dropped, total=total, expected=round(expected, 2))
 
@@ -1073,13 +1072,12 @@ def not_paired(dropped, live, p, axes, what):
     rate = drawn.sum() / total
     band = RATE_SIGMAS * math.sqrt(rate * (1 - rate) / total) + 1 / total
     rates = (max(rate - band, 0.0), min(rate + band, 1.0))
-    names = dict(p=p, what=what)
-    for family in _pair_families(drawn, live, axes):
-        failed = _most_telling(family[0], rate, rates, math.log(PAIRED_MASK_CHANCE / 4))
+    for counts, describe in _pair_families(drawn, live, axes):
+        failed = _most_telling(counts, rate, rates, math.log(PAIRED_MASK_CHANCE / 4))
         if failed is not None:
             count, agree, expected, at = failed
-            code, params = family[1](at)
-            raise PropertyFailure(code, **names, **params, count=count, agree=agree, expected=expected)
+            code, params = describe(at)
+            raise PropertyFailure(code, p=p, what=what, **params, count=count, agree=agree, expected=expected)
 
 
 def _pair_families(drawn, live, axes):
