@@ -793,13 +793,22 @@ def _written_module_import(node, cell, written):
         elif alias.asname or isinstance(node, ast.ImportFrom) or "." not in module:
             parts.append(f"{name} = __import__(__name__)")
         else:  # import modelos.atencion: modelos.atencion.core(...) reads this module's core
-            value = "__import__(__name__)"
-            for part in reversed(module.split(".")[1:]):
-                value = f"__import__('types').SimpleNamespace({part}={value})"
-            parts.append(f"{name} = {value}")
+            parts.append(f"{name} = {_written_package(name, written)}")
     text = "; ".join(parts).encode()
     return _Statement(text, 0, len(text), cell, node.lineno, "alias", binds,
                       {module for _, module in modules if module in written})
+
+
+def _written_package(package, written):
+    """The namespace `import package.module` binds `package` to, holding every module the notebook
+    writes in it (this module itself, or a namespace for a folder further down): `import
+    modelos.atencion` then `import modelos.capas` must leave both reachable, as in the kernel."""
+    inside = sorted({module[len(package) + 1:].split(".")[0] for module in written
+                     if module.startswith(package + ".")})
+    members = ", ".join(f"{part}=" + ("__import__(__name__)" if f"{package}.{part}" in written
+                                      else _written_package(f"{package}.{part}", written))
+                        for part in inside)
+    return f"__import__('types').SimpleNamespace({members})"
 
 
 def _main_quoted(name, above, data, starts):

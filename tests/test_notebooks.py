@@ -219,6 +219,26 @@ def test_a_module_written_in_a_folder_is_the_notebooks_code_however_it_is_import
     assert "import modelos" not in source and "from modelos" not in source
 
 
+def test_two_modules_written_in_one_folder_stay_reachable_after_both_imports():
+    """`import modelos.atencion` then `import modelos.util.mascaras` (both written with %%writefile):
+    the second import must not hide the first, as it does not in the kernel."""
+    source = kept(
+        "%%writefile modelos/atencion.py\ndef core(x):\n    return 2 * x",
+        "%%writefile modelos/util/mascaras.py\ndef crop(x):\n    return x + 1",
+        "import modelos.atencion",
+        "import modelos.util.mascaras",
+        "class SelfAttention:\n    def forward(self, x):\n"
+        "        return modelos.atencion.core(modelos.util.mascaras.crop(x))",
+    )
+    namespace = {"__name__": "attention"}
+    sys.modules["attention"] = types.SimpleNamespace(core=lambda x: 2 * x, crop=lambda x: x + 1)
+    try:
+        exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    finally:
+        del sys.modules["attention"]
+    assert namespace["SelfAttention"]().forward(3) == 8
+
+
 def test_name_reads_main_as_in_the_kernel():
     """In Jupyter `__name__` is "__main__": classes and constants under `if __name__ == "__main__":`
     exist there, and so they must in the module the worker imports under the exercise's name."""
