@@ -1073,7 +1073,7 @@ def test_other_global_settings_set_in_init_stay_set_for_the_whole_program():
         torch.set_grad_enabled(True)
 
 
-def test_query_and_key_rows_started_at_zero_never_get_a_gradient_while_a_zero_proj_trains():
+def test_query_and_key_rows_started_at_zero_never_get_a_gradient_while_a_zero_proj_or_zero_values_train():
     csa = load("causal_qk_rows_zero_init")
     csa = csa.CausalSelfAttention(config(csa))
     x = torch.randn(2, 5, 8)
@@ -1083,18 +1083,19 @@ def test_query_and_key_rows_started_at_zero_never_get_a_gradient_while_a_zero_pr
         csa(x).pow(2).sum().backward()
         assert not csa.qkv.weight.grad[:16].any() and csa.qkv.weight.grad[16:].any()
         optimizer.step()
-    correct = importlib.util.spec_from_file_location("proj_zero", BUGGY.parent / "correct" / "causal_proj_zero_init.py")
-    module = importlib.util.module_from_spec(correct)
-    correct.loader.exec_module(module)
-    csa = module.CausalSelfAttention(config(module))
-    optimizer = torch.optim.SGD(csa.parameters(), lr=0.1)
-    seen = []
-    for _ in range(2):  # no gradient in qkv at the first step, one at the second
-        optimizer.zero_grad()
-        csa(x).pow(2).sum().backward()
-        seen.append(bool(csa.qkv.weight.grad.any()))
-        optimizer.step()
-    assert seen == [False, True]
+    for name, qk_rows in (("causal_proj_zero_init", slice(None)), ("causal_value_rows_zero_init", slice(0, 16))):
+        correct = importlib.util.spec_from_file_location(name, BUGGY.parent / "correct" / f"{name}.py")
+        module = importlib.util.module_from_spec(correct)
+        correct.loader.exec_module(module)
+        csa = module.CausalSelfAttention(config(module))
+        optimizer = torch.optim.SGD(csa.parameters(), lr=0.1)
+        seen = []
+        for _ in range(2):  # no gradient in the query and key rows at the first step, one at the second
+            optimizer.zero_grad()
+            csa(x).pow(2).sum().backward()
+            seen.append(bool(csa.qkv.weight.grad[qk_rows].any()))
+            optimizer.step()
+        assert seen == [False, True], name
 
 
 # ---- session 23's outside rounds ----------------------------------------------------------------

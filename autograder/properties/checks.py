@@ -395,8 +395,9 @@ def trains_from_its_own_start(fresh, args, weights=(), biased=True, reload=None,
     not values the grader loaded), evaluated once under torch.inference_mode() (a check before
     training), then run on `args` with autograd in eval, backward from its weights (output 1)
     where `weights` names the layers that make them, else from its output. reload (the call
-    option): layers given the grader's values first, whose own start is free (a proj that starts
-    at zero gives qkv no gradient at the first step alone: proj trains, then qkv does). rows:
+    option): layers (or rows of one) given the grader's values first, whose own start is free (a
+    proj, or value rows, that start at zero give the query and key rows no gradient at the first
+    step alone: they train, then the rest does). rows:
     {name: [(start, stop)]}, blocks of a parameter's rows that must each get a gradient: qkv's
     query and key rows set to zero (bias included) make every score 0 and get none, ever, while its
     value rows get one.

@@ -647,11 +647,13 @@ def test_gradients(worker, dims, fused, p, seed, data):
                 checks.no_gradient_where_its_forward_is_blind(module, calls[3], reply, future, row, {"0": "x"})
 
     checks.gradients_in_calls(module, calls, checked)
-    # The module as it builds itself, proj given the grader's values (proj may start at zero): qkv's
-    # query and key rows get a gradient.
+    # The module as it builds itself, proj and qkv's value rows given the grader's values (either
+    # may start at zero, and trains from the first step: the query and key rows from the second):
+    # qkv's query and key rows get a gradient.
     C = dims["n_embd"]
     checks.trains_from_its_own_start(lambda: build(worker, dims), (x,),
-                                     reload={"seed": parameter_seed(dims), "layers": ["proj"]},
+                                     reload={"seed": parameter_seed(dims), "layers": ["proj", "qkv"],
+                                             "rows": {"qkv": [2 * C, 3 * C]}},
                                      rows={"qkv.weight": [(0, C), (C, 2 * C)]})
 
 

@@ -344,7 +344,9 @@ class Worker:
 
     def _load(self, handle, module, load):
         """Load the parameters the grader chose (parameters.draw from load["seed"]) into load's
-        layers, in place, as an optimizer step changes them; with load None, none. Returns every
+        layers, in place, as an optimizer step changes them; with load None, none. load["rows"]
+        ({layer: [start, stop]}) loads only those output rows of a layer (weight and bias): qkv's
+        value rows, say, leaving its query and key rows as the module set them. Returns every
         parameter's shape."""
         own = members(module, self.layers[handle])[0]
         lazy = sorted(name for name, p in own.items() if isinstance(p, self.torch.nn.parameter.UninitializedParameter))
@@ -360,6 +362,9 @@ class Worker:
                     # it (or on the address) is stale, as after `p.data -= lr * p.grad`; with
                     # load["step"], as optimizer.step() writes, which counts in `_version`
                     target = own[name] if load.get("step") else own[name].data
+                    rows = load.get("rows", {}).get(name.rsplit(".", 1)[0])
+                    if rows is not None:
+                        target, value = target[rows[0]:rows[1]], value[rows[0]:rows[1]]
                     target.copy_(self.torch.from_numpy(value))
         return shapes
 
