@@ -48,7 +48,7 @@ ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_sol
              "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names", "sa_socket_hog",
              "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory", "sa_pty_hog",
              "sa_keyring_persistent", "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded",
-             "sa_perf_ring_pinned"}
+             "sa_perf_ring_pinned", "sa_landlock_domains", "sa_xattr_hog"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -85,7 +85,7 @@ ONE_CLASS = {
 AS_REFERENCE = {"sa_print_200mb", "sa_kill_parent", "sa_leave_residue", "sa_large_buffer", "sa_socket_hog",
                 "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_pty_hog", "sa_keyring_persistent",
                 "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded", "sa_perf_ring_pinned",
-                "csa_cfg_bias_resized_for_bare_cfg"}
+                "sa_landlock_domains", "sa_xattr_hog", "csa_cfg_bias_resized_for_bare_cfg"}
 # A buggy file's mistake, hidden from the worker's view of the module: exactly that file's outcomes.
 AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_place",
              "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",

@@ -288,10 +288,10 @@ def enter(limits, uid, root, isolate, keep=()):
     os.setgid(uid)
     os.setuid(uid)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid program can give it another uid
+    if landlock.available():  # first: the filter refuses the Landlock calls to what follows
+        landlock.restrict()
     if seccomp.ARCHITECTURES.get(os.uname().machine) and not seccomp.install_filter():
         raise OSError("the system call filter could not be installed")
-    if landlock.available():
-        landlock.restrict()
     namespaces.die_with_parent()
 
 
