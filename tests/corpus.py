@@ -32,7 +32,8 @@ UPSTREAM_CODES = {"shape_mismatch": "shapes", "missing_output": "shapes", "not_a
                   "masked_column_nan_upstream": "rows_sum_to_one", "rows_do_not_sum_to_one_upstream": "rows_sum_to_one",
                   "weights_not_a_distribution_upstream": "rows_sum_to_one",
                   "rows_dropped_in_eval": "eval_deterministic", "eval_random_upstream": "eval_deterministic",
-                  "eval_output_changes": "eval_deterministic", "residual_added_upstream": "reference_match"}
+                  "eval_output_changes": "eval_deterministic", "residual_added_upstream": "reference_match",
+                  "mask_raised_upstream": "masked_zero", "mask_shape_mismatch_upstream": "masked_zero"}
 
 
 def files(kinds=("buggy", "correct", "fakes")):

@@ -675,3 +675,45 @@ def test_a_tiny_rate_is_judged_against_its_chance_not_a_normal_band():
     assert failure.value.code == "dropout_rate_floor"
     rng = np.random.default_rng(0)
     assert all(rng.binomial(174_000, 1e-6) < 9 for _ in range(10_000))
+
+
+def _mask_taking(rule):
+    """A module's run(mask=...) for taken(): rule(mask) -> the output's shape, or raises."""
+    from autograder.worker.submission_errors import SubmissionError
+
+    def run(mask=None):
+        shape = rule(mask)
+        if shape is None:
+            raise SubmissionError("exception", "size mismatch", line=7, exc_type="RuntimeError")
+        return shape
+    return run
+
+
+def _shaped(shape):
+    failures.require(shape == (2, 3), "shape_mismatch", what="output", expected=[2, 3], got=list(shape))
+    return shape
+
+
+@pytest.mark.parametrize("rule, outcome", [
+    (lambda mask: (2, 3), (2, 3)),                                            # takes it
+    (lambda mask: (2, 3) if mask is None or mask.dtype == bool else None, (2, 3)),  # takes it as bool
+    (lambda mask: (2, 3) if mask is None else None, None),                    # raises with it alone: masked_zero's
+    (lambda mask: (2, 3) if mask is None else (3, 3), None),                  # other shapes with it alone: masked_zero's
+    (lambda mask: None, "size mismatch"),                                     # raises without it too: its own error
+    (lambda mask: (3, 3), "shape_mismatch"),                                  # wrong shapes without it too
+])
+def test_a_mask_the_module_cannot_take_is_left_to_masked_zero(rule, outcome):
+    """rows_sum_to_one and batch_independence judge the calls a module can take: a mask it breaks
+    on (an exception, or outputs of other shapes, as mask.squeeze() gives) while the same call
+    without it is right is masked_zero's to name, not theirs (an outside writer's mha_mask_squeezed
+    lost both with the heads' hint)."""
+    from autograder.worker.submission_errors import SubmissionError
+
+    mask = np.ones((2, 3), np.float32)
+    try:
+        got = checks.taken(_mask_taking(rule), mask, _shaped)
+    except SubmissionError as error:
+        got = error.message
+    except PropertyFailure as failure:
+        got = failure.code
+    assert got == outcome

@@ -358,10 +358,12 @@ def batch_independent(run, inputs, rng, outputs_of, grown, masks=None):
     extra = grown - batch
     larger = [np.concatenate([rng.standard_normal((extra, *x.shape[1:])).astype(x.dtype), x]) for x in inputs]
     expect_close(outputs_of(run(*larger), grown)[extra:], before, "batch_size_changes_output", batch=batch, grown=grown)
-    if masks is not None:
-        mask = masks(batch)
-        before = outputs_of(run(*inputs, mask=mask), batch)
-        after = outputs_of(run(*larger, mask=np.concatenate([masks(extra), mask])), grown)[extra:]
+    if masks is not None:  # as bool: a mask of another dtype or form the module cannot take is masked_zero's
+        mask = masks(batch).astype(bool)
+        before = taken(lambda **masked: run(*inputs, **masked), mask, lambda reply: outputs_of(reply, batch))
+        if before is None:
+            return
+        after = outputs_of(run(*larger, mask=np.concatenate([masks(extra).astype(bool), mask])), grown)[extra:]
         expect_close(after, before, "batch_size_changes_output", batch=batch, grown=grown)
 
 
@@ -1488,20 +1490,29 @@ def attempted(call):
         return None, exc
 
 
-def taken(call, masked, as_bool=None):
-    """call()'s reply; where it raised with a mask (masked) the module could not take, the reply to
-    as_bool() (the same call with that mask as bool), or None without it: the property about masks
-    names that (mask_not_accepted), and one about something else judges the calls the module could
-    take instead of failing on the mask's error too. A module that takes the mask in neither form
-    takes no mask at all: the error is raised (no property would judge its masked calls)."""
-    reply, error = attempted(call)
-    if error is not None and not masked:
-        raise error
-    if error is not None and as_bool is not None:
-        reply, again = attempted(as_bool)
-        if again is not None:
-            raise error
-    return reply
+def taken(run, mask, shaped):
+    """The outputs (shaped(reply), shape-checked) of run(mask=mask), for a property that is not
+    about masks: where the module cannot take that mask (it raises, or gives outputs of another
+    shape, with it as sent and as bool) but takes the same call without it, None: the mask is
+    masked_zero's to name (mask_not_accepted, or the form it broadcasts wrong), and the property
+    judges the calls the module can take. A call that fails without a mask too raises its own error."""
+    if mask is None:
+        return shaped(run())
+    failure = None
+    for form in (mask, *(() if mask.dtype == bool else (mask.astype(bool),))):
+        try:
+            return shaped(run(mask=form))
+        except (SubmissionError, PropertyFailure) as exc:
+            if isinstance(exc, SubmissionError) and not exc.raised:
+                raise
+            if failure is None:
+                failure, at_fault = exc, call_at_fault()
+    try:
+        shaped(run())
+    except (SubmissionError, PropertyFailure):
+        calling(at_fault)  # the example names the masked call that failed first
+        raise failure from None
+    return None
 
 
 def runs_after_moving(module, call, device):
@@ -1566,7 +1577,12 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
                 raise call_failure(exc, "device_kept_from_call" if kept else "wrong_device", device=device) from None
             return None
 
-    reply = judged(attempt)
+    try:
+        reply = judged(attempt)
+    except PropertyFailure as failure:  # outputs of other shapes: the mask's doing, where a fallback's are right
+        if failure.code != "shape_mismatch" or not _shaped_right_without(fallbacks, judged):
+            raise
+        return None
     if reply is not None:
         return reply
     # Where a fallback ran on meta, devices are judged: the call failing on the CPU too is then a
@@ -1578,6 +1594,21 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
         if not exc.raised or (cpu_failure_is_mine and not judged_by_fallback):
             raise
         return None
+
+
+def _shaped_right_without(fallbacks, judged):
+    """Whether one of runs_on_device's fallbacks (the call without its mask) runs on the device with
+    outputs of the right shapes (a device error there still fails): then outputs of other shapes
+    with the mask are the mask's matter (how it broadcasts: masked_zero's), and devices were judged."""
+    at_fault = call_at_fault()
+    try:
+        right = any(judged(fallback) is not None for fallback in fallbacks)
+    except PropertyFailure as failure:  # a device error of the fallback's is raised as such
+        if failure.code != "shape_mismatch":
+            raise
+        right = False
+    calling(at_fault)
+    return right
 
 
 # What torch says when code needs a meta tensor's values (it has none): data-dependent Python
@@ -1698,7 +1729,9 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
 
     A call that raises is named: the longer input failing on this module but not on a fresh one
     (something kept from the first length), or a non-contiguous input failing where its
-    contiguous twin did not (a view on an input). A non-contiguous twin must also give the same
+    contiguous twin did not (a view on an input). A call with a mask that raises, or gives outputs
+    of another shape, where the same call without it gives the right ones, is named as the mask's
+    (how it broadcasts is masked_zero's matter). A non-contiguous twin must also give the same
     values as its contiguous one."""
     from .harness import call_failure, runs_until_failure
 
@@ -1709,12 +1742,46 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
             raise call_failure(error, "length_change_failed", first=lengths[0], then=lengths[1])
         if calls[index][1].get("noncontiguous"):
             raise call_failure(error, "noncontiguous_input_failed")
+        if _right_without_mask(fresh, calls[index], lambda reply: shaped(index, reply)):
+            mask = calls[index][1]["mask"]
+            raise call_failure(error, "mask_raised_upstream", shape=list(mask.shape), dtype=mask.dtype.name)
         raise error
-    got = [shaped(i, reply) for i, reply in enumerate(replies)]
+    got = []
+    for i, reply in enumerate(replies):
+        try:
+            got.append(shaped(i, reply))
+        except PropertyFailure as failure:
+            if failure.code != "shape_mismatch" or not _right_without_mask(fresh, calls[i], lambda r: shaped(i, r)):
+                raise
+            mask = calls[i][1]["mask"]
+            raise PropertyFailure("mask_shape_mismatch_upstream", **failure.params, shape=list(mask.shape),
+                                  dtype=mask.dtype.name) from None
     for i, (_, options) in enumerate(calls):
         if options.get("noncontiguous"):
             for what, mine, twin in zip(("output", "weights"), got[i], got[i - 1]):
                 expect_close(mine, twin, "noncontiguous_mismatch", what=what)
+
+
+def _right_without_mask(fresh, call, shaped):
+    """Whether `call` has a mask, and the same call without it, on a fresh module, gives outputs
+    of the right shapes (shaped(reply) raises none)."""
+    from .harness import runs_until_failure
+
+    args, options = call
+    if options.get("mask") is None:
+        return False
+
+    def right():
+        replies, failed = runs_until_failure(fresh(), (args, {k: v for k, v in options.items() if k != "mask"}))
+        if failed:
+            return False
+        try:
+            shaped(replies[0])
+        except PropertyFailure:
+            return False
+        return True
+
+    return second_opinion(right)
 
 
 def reference_across_calls(module, calls, shaped, expected, fresh, names, described=None, another=None):
