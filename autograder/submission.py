@@ -497,7 +497,8 @@ _SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, a
 # Methods that change a dict, list or set in place: `OPTS.update(...)` at the top of a cell modifies
 # OPTS as `OPTS[k] = v` does, and is kept with it.
 _MUTATORS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "discard", "remove", "pop",
-                       "popitem", "clear", "sort", "reverse", "__setitem__", "__delitem__", "difference_update",
+                       "popitem", "clear", "sort", "reverse", "__setitem__", "__delitem__", "__setattr__",
+                       "__delattr__", "difference_update",
                        "intersection_update", "symmetric_difference_update"})
 
 
@@ -978,9 +979,18 @@ def _mutated(node):
         target = call.args[0]
     else:
         return None
+    target = _unwrapped_vars(target)
     while isinstance(call.func, ast.Attribute) and isinstance(target, (ast.Subscript, ast.Attribute)):
-        target = target.value  # OPTS["sa"].update(...) changes OPTS (setattr's first argument is its own)
+        target = _unwrapped_vars(target.value)  # OPTS["sa"].update(...) changes OPTS (setattr's first argument is its own)
     return target.id if isinstance(target, ast.Name) else None
+
+
+def _unwrapped_vars(node):
+    """X for `vars(X)` (the attributes of X as a dict: `vars(args).update(...)` changes args), else node."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+            and len(node.args) == 1 and not node.keywords):
+        return node.args[0]
+    return node
 
 
 def _attaching_loop(node):
@@ -1064,6 +1074,8 @@ def _bound(node):
             names.add(item.id)
         elif isinstance(item, ast.ExceptHandler) and item.name:
             names.add(item.name)
+        elif isinstance(item, ast.Expr) and _mutated(item):  # `if FLAG: OPTS.update(...)` changes OPTS
+            names.add(_mutated(item))
         elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS
             targets = list(getattr(item, "targets", None) or [item.target])
             while targets:
@@ -1072,7 +1084,7 @@ def _bound(node):
                     targets += target.elts
                     continue
                 while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
-                    target = target.value
+                    target = _unwrapped_vars(target.value)
                 if isinstance(target, ast.Name):
                     names.add(target.id)
         pending.extend(ast.iter_child_nodes(item))
