@@ -1424,16 +1424,19 @@ def wrong_factor(explains, p, path):
     explained (explains(attn_factor, resid_factor): by choices that drop some weight, since a
     layer that never drops has no factor to blame) by dropout in the right places whose survivors
     were scaled by another factor than 1/(1 - p): by 1/p (a hand-written dropout that divides by
-    the probability it drops), not at all, or by 1/(1 - q) for a rate q other than p
+    the probability it drops), not at all, by 1/(1 - p)² (dropout applied twice: sdpa's dropout_p
+    and attn_drop on its output), or by 1/(1 - q) for a rate q other than p
     (OTHER_RATES: a p capped, as min(p, 0.5), or hard-coded). Fails naming the layer and its
     factor, attn_drop first where both are off."""
     right = 1.0 / (1.0 - p)
     others = [1.0 / (1.0 - q) for q in OTHER_RATES if q != p]
-    for attn_factor in (right, 1.0 / p, 1.0, *others):
-        for resid_factor in (right, 1.0 / p, 1.0, *others):
+    factors = (right, 1.0 / p, 1.0, right ** 2, *others)
+    for attn_factor in factors:
+        for resid_factor in factors:
             if (attn_factor, resid_factor) != (right, right) and explains(attn_factor, resid_factor):
                 layer, factor = ("attn_drop", attn_factor) if attn_factor != right else ("resid_drop", resid_factor)
-                code = "layer_dropout_wrong_factor" if factor in (1.0 / p, 1.0) else "layer_dropout_ignores_p"
+                code = ("layer_dropout_twice" if factor == right ** 2 else "layer_dropout_wrong_factor"
+                        if factor in (1.0 / p, 1.0) else "layer_dropout_ignores_p")
                 raise PropertyFailure(code, p=p, path=path, layer=layer, factor=round(factor, 4),
                                       scale=round(right, 4), measured=round(1.0 - 1.0 / factor, 3))
 

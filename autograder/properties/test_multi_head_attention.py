@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, example, example_dims, expect_close, require  # require: what a new property fails through (README)
+from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
@@ -421,6 +421,7 @@ def test_train_dropout(worker, dims, seed, p):
                           (args, {"mask": mask}), (args, {"mask": mask, "train": True, "seed": seed + 3}))
     (evaluated, eval_weights), (_, again), (trained, train_weights), (_, redrawn), (_, reseeded), (_, masked), \
         (_, masked_trained) = (outputs(reply, dims) for reply in replies)
+    trained_call = replies[2].call
     # The output is computed from the weights returned (after dropout): W_O(merge(weights @ V)).
     # Judged only when the module's eval output is that function of its eval weights, so that a
     # bug elsewhere (reference_match's) does not cost this point too.
@@ -509,6 +510,11 @@ def test_train_dropout(worker, dims, seed, p):
         except PropertyFailure:
             raise PropertyFailure("eval_random_upstream", p=p) from None
     if output_from_weights:
+        calling(trained_call)  # the train call the output is read from, not a build made since
+        example_dims(**dims, dropout=p)
+        # the output the weights give, with dropout once more on W_O's output: dropout twice
+        require(np.allclose(trained, from_train, atol=1e-5, rtol=1e-4)
+                or not checks.dropped_entrywise(trained, from_train, p), "dropout_on_output_too", p=p)
         expect_close(trained, from_train, "dropout_output_mismatch", p=p)
 
 
