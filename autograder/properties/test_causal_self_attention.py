@@ -784,7 +784,10 @@ def test_fused_calls_sdpa(worker, dims):
     calling(reply.call)
     require(reply.traced.get(sdpa[0], 0) >= 1, "sdpa_not_called")
     calling(rolled.call)
-    require(not np.array_equal(got, output(rolled, dims), equal_nan=True), "sdpa_result_unused")
+    # An output alike at every position (values all alike, as n_embd = 1 behind a LayerNorm gives)
+    # comes from a result that rolls into itself: nothing to tell there.
+    alike = np.array_equal(got, np.broadcast_to(got[:1, :1], got.shape), equal_nan=True)
+    require(alike or not np.array_equal(got, output(rolled, dims), equal_nan=True), "sdpa_result_unused")
     calling(default.call)
     require(default.traced.get(sdpa[0], 0) == explicit.traced.get(sdpa[0], 0)
             and np.array_equal(output(default, dims), output(explicit, dims), equal_nan=True), "fused_not_false_by_default")
