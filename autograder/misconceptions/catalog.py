@@ -118,6 +118,14 @@ CATALOG = (
           ("rows_sum_to_one", "reference_match", "scale", "masked_zero", "large_inputs"),
           [R(SA, "forward", "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")],
           {"softmax_axis": -2}, seen_in="buggy/sa_softmax_wrong_dim"),
+    entry("sa_weights_returned_transposed", SA,
+          "Devuelves los pesos transpuestos: la salida está bien, pero en los pesos que devuelves suman 1 las "
+          "columnas, no las filas. Devuelve el mismo tensor que multiplicas por V, sin transponerlo.",
+          "You return the weights transposed: the output is right, but in the weights you return the columns "
+          "sum to 1, not the rows. Return the very tensor you multiply by V, without transposing it.",
+          ("rows_sum_to_one", "masked_zero", "scale", "reference_match", "large_inputs"),
+          [R(SA, "forward", "weights @ V, weights", "weights @ V, weights.transpose(-2, -1)")],
+          {"weights_transposed": True}, seen_in="outside round, session 32 (sa_weights_returned_transposed)"),
     entry("sa_mask_inverted", SA,
           "Inviertes la máscara (tapas donde mask == 1): la atención va justo a las posiciones prohibidas.",
           "You invert the mask (you block where mask == 1): attention goes exactly to the forbidden positions.",

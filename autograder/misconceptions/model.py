@@ -67,7 +67,7 @@ def dropout(x, where, drop, p):
 
 def attend(q, k, v, mask=None, *, scale=None, fill=-np.inf, mask_blocks=0, mask_after_softmax=False,
            softmax_axis=-1, swap_qk=False, no_softmax=False, drop_scores=None, drop_weights=None,
-           output_from_undropped=False):
+           output_from_undropped=False, weights_transposed=False):
     """(output, weights) of attention on (..., T, d) arrays; a switch for each way of getting it wrong.
 
     scale: the factor on q·k (default 1/√d); fill: what masked scores become; mask_blocks: the
@@ -75,7 +75,8 @@ def attend(q, k, v, mask=None, *, scale=None, fill=-np.inf, mask_blocks=0, mask_
     after the softmax instead (no renormalisation); softmax_axis: -1 (keys, correct) or -2;
     swap_qk: scores k·qᵀ; no_softmax: the scaled, masked scores are the weights; drop_scores /
     drop_weights: a function applied to the scores before the softmax / to the weights after it;
-    output_from_undropped: the output uses the weights before drop_weights (returned: after).
+    output_from_undropped: the output uses the weights before drop_weights (returned: after);
+    weights_transposed: the weights returned are transposed (the output is right).
     """
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = (k @ np.swapaxes(q, -1, -2) if swap_qk else q @ np.swapaxes(k, -1, -2)) * scale
@@ -97,7 +98,7 @@ def attend(q, k, v, mask=None, *, scale=None, fill=-np.inf, mask_blocks=0, mask_
         weights = drop_weights(weights)
         used = used if output_from_undropped else weights
     with np.errstate(invalid="ignore", over="ignore"):
-        return used @ v, weights
+        return used @ v, np.swapaxes(weights, -1, -2) if weights_transposed else weights
 
 
 def self_attention(params, x, mask=None, *, scale="sqrt_d_k", value_from_key=False, **switches):
