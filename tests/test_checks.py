@@ -717,3 +717,30 @@ def test_a_mask_the_module_cannot_take_is_left_to_masked_zero(rule, outcome):
     except PropertyFailure as failure:
         got = failure.code
     assert got == outcome
+
+
+class _Reply:
+    """What runs_on_device reads of a worker's reply: its outputs' shapes."""
+
+    def __init__(self, *shapes):
+        self.outputs = shapes
+
+    def shape(self, index):
+        return list(self.outputs[index])
+
+
+@pytest.mark.parametrize("masked, plain, outcome", [
+    ((2, 3), (2, 3), "reply"),                 # right shapes with the mask
+    ((2, 2, 3), (2, 3), None),                 # other shapes with the mask alone: masked_zero's
+    ((2, 2, 3), (3, 3), "shape_mismatch"),     # wrong without the mask too: the device check's own failure
+])
+def test_a_mask_that_changes_the_shapes_on_the_device_is_left_to_masked_zero(masked, plain, outcome):
+    """device judges devices: a masked call whose outputs take another shape on meta (a mask
+    squeezed, then broadcast wrong) while the same call without the mask is right there is
+    masked_zero's mistake (an outside writer's mha_mask_squeezed lost `device` at one seed)."""
+    try:
+        got = checks.runs_on_device(lambda device: _Reply(masked), "meta", [(2, 3)],
+                                    fallbacks=[lambda device: _Reply(plain)])
+    except PropertyFailure as failure:
+        got = failure.code
+    assert (got if got is None or isinstance(got, str) else "reply") == outcome
