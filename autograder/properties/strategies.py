@@ -122,6 +122,9 @@ RARE_P, RARE_CALLS = 0.004, 30
 # longest_dropout once more at a rate whose drops, over the longest call's weights, are expected
 # far below one (checks.dropped_at_a_tiny_rate): a draw with a floor above it shows.
 TINY_P = 1e-6
+# The p every dropout layer must hold exactly as given, read from a module built with it (no draw):
+# above any cap a module might put on p (min(p, 0.9)) and changed by any rounding (round(p, 3)).
+EXACT_P = 0.987654321
 RARE_MULTI_HEAD = {"B": 1, "Tq": 12, "Tk": 10, "h": 2, "d_model": 8, "seed": 8}  # 240 weights a call
 RARE_CAUSAL = {"B": 1, "T": 15, "block_size": 15, "n_head": 2, "n_embd": 16, "seed": 8}  # 240 of each
 

@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -453,6 +453,11 @@ def test_train_dropout(worker, dims, seed, p):
     later = another(worker, dims, 0.0, load_seed=parameter_seed(dims), then_set={"attn_drop.p": p})
     # Two layers (the statement): setting attn_drop's p leaves resid_drop's at 0.
     require(not clean or later.dropout_p.get("resid_drop") != p, "dropout_layers_shared", p=p)
+    # Each layer holds cfg.dropout as given (no cap, no rounding), read from a module built with EXACT_P.
+    exact = another(worker, dims, EXACT_P).dropout_p
+    changed = [f"{name} (p={value})" for name, value in exact.items() if name in ("attn_drop", "resid_drop")
+               and value != EXACT_P]
+    require(not changed, "dropout_p_not_kept", p=EXACT_P, layers=changed)
     for fused in clean:
         evaluated, trained = (output(reply, rows) for reply in later.runs(
             *(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed}) for train in (False, True))))

@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -496,10 +496,15 @@ def test_train_dropout(worker, dims, seed, p):
                 raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
         # The layer the statement names: self.dropout, an nn.Dropout of the constructor's p (what
         # a user reads or sets to turn dropout off in a model already built).
-        for rate in (p, 0.0):  # with dropout=0 too: no nn.Identity (built only then: its example is dropout=0)
-            built = module if rate else build(worker, dims, 0.0)
-            require(built.dropout_p.get("dropout") == rate, "dropout_layer_missing", p=rate,
-                    found=", ".join(f"{name} (p={value})" for name, value in built.dropout_p.items()) or "no_layers")
+        # With dropout=0 too: no nn.Identity (built only then: its example is dropout=0); and at
+        # EXACT_P, the p as given (no cap, no rounding).
+        for rate in (p, 0.0, EXACT_P):
+            built = module if rate == p else build(worker, dims, rate)
+            found = built.dropout_p
+            require("dropout" not in found or found["dropout"] == rate, "dropout_p_not_kept", p=rate,
+                    layers=[f"dropout (p={found.get('dropout')})"])
+            require(found.get("dropout") == rate, "dropout_layer_missing", p=rate,
+                    found=", ".join(f"{name} (p={value})" for name, value in found.items()) or "no_layers")
     else:
         # Dropout still active in eval (eval_deterministic's mistake): eval's weights are no baseline,
         # the reference's are. Weights that are not the reference's after dropout cannot be judged.
