@@ -129,9 +129,9 @@ def _load(path):
         chosen, text = _choose(names, lambda name: _read(path / name, name))
     elif not stat.S_ISREG(mode):
         raise SubmissionUnreadable("missing", file=str(path))
-    elif path.suffix == ".zip":
+    elif path.suffix.lower() == ".zip":  # Beto.ZIP, Nota.IPYNB: a file name's case is the OS's, not a choice
         names, (chosen, text) = _zip_member(path)
-    elif path.suffix in (".py", ".ipynb"):
+    elif path.suffix.lower() in (".py", ".ipynb"):
         names, chosen, text = [path.name], path.name, _decode(_read(path, path.name), path.name)
     else:
         raise SubmissionUnreadable("no_python_file", files=[path.name])
@@ -264,7 +264,7 @@ def _visible(names):
 
 def _candidates(names, suffix):
     """The files with that suffix that could be the student's code (not tests, setup or checkpoints)."""
-    return [str(p) for p in _visible(names) if p.suffix == suffix and p.name not in IGNORED
+    return [str(p) for p in _visible(names) if p.suffix.lower() == suffix and p.name not in IGNORED
             and not p.name.startswith("test_") and ".ipynb_checkpoints" not in p.parts]
 
 
@@ -320,7 +320,7 @@ def _read(path, name):
 
 def _limit(name):
     """The most bytes a chosen file may have: a notebook carries its outputs too."""
-    return MAX_NOTEBOOK_BYTES if name.endswith(".ipynb") else MAX_BYTES
+    return MAX_NOTEBOOK_BYTES if name.lower().endswith(".ipynb") else MAX_BYTES
 
 
 def _zip_member(path):
@@ -398,10 +398,10 @@ def _decode(data, name):
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        if not name.endswith(".py"):
+        if not name.lower().endswith(".py"):
             raise SubmissionUnreadable("not_utf8", file=name) from None
         text = _declared_encoding(data, name)
-    if name.endswith(".ipynb") or _renamed_notebook(text):
+    if name.lower().endswith(".ipynb") or _renamed_notebook(text):
         text = notebook_source(text, name)
     elif cell_lines(text) is not None:  # a .py ending in the notebook map's line would have its errors
         text += "\n" if text.endswith("\n") else "\n\n"  # shown at cells it chose: a blank line after it

@@ -45,6 +45,26 @@ def test_plain_py(tmp_path):
     assert (loaded.source, loaded.filename) == (CODE, "attention.py")
 
 
+@pytest.mark.parametrize("name", ["Beto.PY", "Nota.IPYNB", "PEDRO.ZIP", "carpeta"])
+def test_an_upper_case_extension_is_the_same_kind_of_file(tmp_path, name):
+    """A file name's case is the operating system's or the student's, not a choice of format: Beto.PY
+    was 'no .py file' and a batch passed over Beto.PY, Nota.IPYNB and PEDRO.ZIP without a word (a
+    TA's)."""
+    from autograder.cohort.batch import folder_entries
+
+    notebook = {"cells": [{"cell_type": "code", "source": CODE, "metadata": {}, "outputs": [],
+                           "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    if name.endswith(".ZIP"):
+        with zipfile.ZipFile(tmp_path / name, "w") as archive:
+            archive.writestr("Tarea/ATTENTION.PY", CODE)
+    elif name == "carpeta":
+        make_tree(tmp_path / name, {"Mi_Solucion.Py": CODE})
+    else:
+        (tmp_path / name).write_text(json.dumps(notebook) if name.endswith(".IPYNB") else CODE, encoding="utf-8")
+    assert "class SelfAttention(torch.nn.Module):" in submission.load(tmp_path / name).source
+    assert [entry.key for entry in folder_entries(tmp_path)] == [name]
+
+
 def test_folder_prefers_attention_py(tmp_path):
     make_tree(tmp_path, {"attention.py": CODE, "test_attention.py": "x = 1\n", "conftest.py": "y = 2\n",
                          "utils.py": "z = 3\n", "notas.txt": "hola"})

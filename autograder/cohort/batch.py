@@ -87,7 +87,7 @@ def folder_entries(folder):
     """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`."""
     entries = []
     for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix in SUBMISSION_SUFFIXES):
+        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix.lower() in SUBMISSION_SUFFIXES):
             continue
         entries.append(Entry(path.name, path, (Submitter(name=clean_line(path.stem)),)))
     return entries
@@ -170,7 +170,7 @@ def select(found, only):
 def _stem(key):
     """A key without its submission suffix: `ana.py` -> `ana` (folders stay as they are)."""
     base, dot, suffix = key.rpartition(".")
-    return base if dot and base and f".{suffix}" in SUBMISSION_SUFFIXES else key
+    return base if dot and base and f".{suffix.lower()}" in SUBMISSION_SUFFIXES else key
 
 
 def _progress(console):

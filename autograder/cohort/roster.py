@@ -111,7 +111,7 @@ def read(path):
 def stem(key):
     """A key without its submission suffix: `ana.py` -> `ana`."""
     base, dot, suffix = key.rpartition(".")
-    return base if dot and base and f".{suffix}" in SUFFIXES else key
+    return base if dot and base and f".{suffix.lower()}" in SUFFIXES else key
 
 
 @dataclass
