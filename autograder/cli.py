@@ -86,3 +86,10 @@ def main(argv=None):
     except AutograderError as exc:  # errors.py: one line and its exit code, never a traceback
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a path given that cannot be used: --out an existing file, a folder not writable
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        return UsageError.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C while a batch winds down: what was graded is in the store
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -365,6 +365,39 @@ def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("delimiter", [",", ";"])
+def test_a_doubled_quote_in_a_roster_is_one_quote(tmp_path, delimiter):
+    """Excel writes a quote inside a quoted cell twice (Pepe in quotes, O'Brien written with a
+    quote): the sniffer, reading the header alone, once took a dialect without doubled quotes, and
+    every export showed the doubled quotes (a TA's)."""
+    path = tmp_path / "roster.csv"
+    path.write_text(f'key{delimiter}name{delimiter}sid\nana{delimiter}"Pérez, José ""Pepe"""{delimiter}1\n'
+                    f'luis{delimiter}"O""Brien"{delimiter}2\n', encoding="utf-8")
+    assert [person.name for _, person in roster.read(path).rows] == ['Pérez, José "Pepe"', 'O"Brien']
+
+
+def test_a_store_that_is_not_one_is_a_clear_error_and_is_left_alone(store, tmp_path, capsys):
+    """report and diff read a store: a typo in --db once made an empty one, and a CSV given as the
+    store was chmod-ed to 0600 before SQLite refused it with a traceback (a TA's)."""
+    csv_file = tmp_path / "notas.csv"
+    csv_file.write_text("a,b\n", encoding="utf-8")
+    csv_file.chmod(0o644)
+    for db, message in ((csv_file, "is not a store"), (tmp_path / "typo.sqlite", "no store at"),
+                        (tmp_path, "cannot open the store")):
+        for command in (["report", "--cohort", "c", "--out", str(tmp_path / "out")], ["diff", "c"]):
+            assert main([*command, "--db", str(db)]) == 2
+            assert message in capsys.readouterr().err
+    assert csv_file.stat().st_mode & 0o777 == 0o644 and not (tmp_path / "typo.sqlite").exists()
+
+
+def test_an_output_path_that_cannot_be_used_is_one_line(tmp_path, capsys):
+    """--out naming a file, or under a folder that does not exist: one line, exit 2, no traceback."""
+    taken = tmp_path / "taken"
+    taken.write_text("", encoding="utf-8")
+    assert main(["build", "--out", str(taken)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot use {taken}")
+
+
 # ---- diff and the report's language ----------------------------------------------------------------------
 def test_diff_speaks_spanish_and_does_not_cut_property_names(store, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")

@@ -119,7 +119,7 @@ def print_changes(changes, old_label, new_label, console, language="en"):
 def cmd_diff(args):
     config = grading_config.load(args.config, args.lang)
     language = config.language
-    store = Store(args.db)
+    store = Store(args.db, create=False)
     try:
         if args.new is None and ":" not in args.old:
             (old_label, old_results), (new_label, new_results) = before_latest(store, args.old, language)

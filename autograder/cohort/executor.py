@@ -30,7 +30,7 @@ from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import GraderBug
+from ..errors import GraderBug, UsageError
 from ..exercise import EXERCISE
 from ..worker import procfs
 
@@ -241,6 +241,8 @@ class LocalExecutor:
     """Grade on this machine in `slots` warm slot processes."""
 
     def __init__(self, slots, config_text, recycle=DEFAULT_RECYCLE):
+        if slots < 1:  # no slot would ever take a task: the batch would wait for ever
+            raise UsageError(f"--jobs must be at least 1 (grading slots), not {slots}")
         self.pool = SlotPool(slots, config_text, recycle)
         self.slots = slots
 

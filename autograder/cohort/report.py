@@ -473,7 +473,7 @@ def cmd_report(args):
     config = grading_config.load(args.config, args.lang)
     words = feedback.catalog(config.language)["report"]
     formats = exports.FORMATS if not args.formats or "all" in args.formats else tuple(dict.fromkeys(args.formats))
-    store = Store(args.db)
+    store = Store(args.db, create=False)
     try:
         roster = rosters.read(args.roster) if args.roster else None
         view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment)

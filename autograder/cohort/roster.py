@@ -82,11 +82,11 @@ def read(path):
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise RosterError(f"{path} is not UTF-8: save it as 'CSV UTF-8' and try again") from None
-    try:
-        dialect = csv.Sniffer().sniff(text.partition("\n")[0], delimiters=",;\t")
+    try:  # only the delimiter is read off the header: quoting is Excel's (a doubled "" is one ")
+        delimiter = csv.Sniffer().sniff(text.partition("\n")[0], delimiters=",;\t").delimiter
     except csv.Error:
-        dialect = csv.excel
-    table = list(csv.reader(io.StringIO(text, newline=""), dialect))
+        delimiter = ","
+    table = list(csv.reader(io.StringIO(text, newline=""), csv.excel, delimiter=delimiter))
     if not table:
         raise RosterError(f"{path} is empty")
     columns = {}

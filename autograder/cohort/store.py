@@ -86,7 +86,8 @@ ADDED_COLUMNS = {"runs": (("scope", "TEXT"), ("expected", "INTEGER")), "outcomes
 
 
 class StoreError(UsageError):
-    """The store lacks what was asked for: an unknown cohort or run."""
+    """The store lacks what was asked for (an unknown cohort or run), or --db names no store: a
+    file that is not one, a folder, a place that cannot be written."""
 
 
 @dataclass(frozen=True)
@@ -153,10 +154,27 @@ def _make_private(path):
         pass
 
 
+# The first bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 class Store:
-    def __init__(self, path=DEFAULT_PATH):
+    def __init__(self, path=DEFAULT_PATH, create=True):
+        """The store at `path`; create=False (report, diff: they read one) refuses to make a new,
+        empty one where --db has a typo."""
         self.path = Path(path)
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite takes an empty file as a new store
+        if not create and not self.path.exists():
+            raise StoreError(f"no store at {self.path}: grade a cohort into it with `batch` first, or give --db")
+        try:  # SQLite takes an empty file as a new store; any other file is someone else's
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                header = os.read(descriptor, len(SQLITE_HEADER))
+            finally:
+                os.close(descriptor)
+        except OSError as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc.strerror}") from None
+        if header and header != SQLITE_HEADER:
+            raise StoreError(f"{self.path} is not a store (a SQLite file): give --db a store made by `batch`")
         for file in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             _make_private(file)
         self.db = sqlite3.connect(self.path, timeout=30)
