@@ -240,6 +240,17 @@ def test_a_late_folder_holding_one_students_folder_with_metadata_is_no_export(st
     assert stored["ana"].run_id > stored["luis.py"].run_id  # the late folder: Ana's, under her folder's name
 
 
+def test_an_export_under_another_name_is_named_not_graded_as_one_student(tmp_path):
+    """A copy of an unpacked export that the file manager named "assignment_987_export 2": graded as
+    one student under the folder's name, nine students lost without a word (a TA's). Not read as an
+    export either (a student's folder could hold the same): batch names it."""
+    write_export(tmp_path / "gs" / "assignment_987_export 2", yaml.safe_dump({"submission_1": {}}))
+    assert gradescope_export.find_metadata(tmp_path / "gs") is None
+    with pytest.raises(batch.BatchError, match="looks like a Gradescope export"):
+        with batch.entries(tmp_path / "gs"):
+            pass
+
+
 def test_an_export_is_found_at_the_top_or_in_the_one_folder_a_zip_unpacks_to(tmp_path):
     top = write_export(tmp_path / "top", yaml.safe_dump({"submission_1": {}}))
     assert gradescope_export.find_metadata(top) == top / gradescope_export.METADATA

@@ -295,6 +295,19 @@ def test_report_writes_every_export_by_default_and_warns_about_rows_it_cannot_pl
     assert "canvas.csv: 1 row(s) without SIS User ID / SIS Login ID: Canvas will look them up by name alone" in err
 
 
+def test_two_rows_with_one_sid_are_warned_about(store, tmp_path, capsys):
+    """A resubmission in a new export gets a new key with the same SID and email: both rows went
+    into canvas.csv, moodle.csv and gradescope.csv without a word (a TA's)."""
+    record(store, [("submission_1", [Submitter("Luis", "Luis@x.edu", "2024002")], outcomes()),
+                   ("submission_2", [Submitter("Luis", "luis@x.edu", "2024002")], outcomes(SCALE)),
+                   ("submission_3", [Submitter("Ana", "ana@x.edu", "2024001")], outcomes())])
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                 "--lang", "en"]) == 0
+    err = capsys.readouterr().err
+    assert "2 rows of the LMS files share sid 2024002 (submissions submission_1, submission_2)" in err
+    assert "share email Luis@x.edu" in err and "2024001" not in err
+
+
 # ---- roster ----------------------------------------------------------------------------------------------
 def test_a_roster_fills_sid_and_email_of_a_plain_folder_cohort_by_key(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes()), ("luis", [Submitter("luis")], outcomes(SCALE)),

@@ -121,6 +121,11 @@ def entries(path):
     """The cohort's entries, from a Gradescope export (zip or folder) or a plain folder."""
     path = Path(path)
     if path.is_dir() and gradescope_export.find_metadata(path) is None:
+        renamed = gradescope_export.renamed_export(path)
+        if renamed is not None:
+            raise BatchError(f"{path} holds only {renamed.name}/, which looks like a Gradescope export under another "
+                             f"name ({gradescope_export.METADATA} beside submission_N folders): give that folder "
+                             f"to batch, or rename it assignment_N_export")
         yield clean_keys(folder_entries(path))
         return
     if not path.exists():

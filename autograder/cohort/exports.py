@@ -29,6 +29,25 @@ def _people(rows):
     return ", ".join(r.name or r.key for r in rows[:10]) + (" ..." if len(rows) > 10 else "")
 
 
+def _shared_identifiers(rows, words):
+    """A warning for each SID or email that more than one row carries (a re-upload graded under
+    another key, a roster naming one SID twice): an LMS keeps one of those rows, not the one the
+    staff would choose."""
+    warnings = []
+    for field in ("sid", "email"):
+        sharing = {}
+        for row in rows:
+            value = getattr(row, field).strip()
+            if value:
+                sharing.setdefault(value.casefold(), []).append(row)
+        for value, same in sharing.items():
+            if len(same) > 1:
+                warnings.append(words["warning_shared_identifier"].format(
+                    what=field, value=getattr(same[0], field).strip(), count=len(same),
+                    keys=", ".join(row.key for row in same[:10])))
+    return warnings
+
+
 def _open(private_file, path, bom):
     handle = private_file(path)
     if bom:
@@ -124,7 +143,7 @@ def write(out, formats, rows, assignment, possible, private_file, text_cell, wor
     """Write the chosen formats into `out`; returns the warnings, in the report's words. Rows not
     to be exported (submissions a roster does not name) are in gradebook.csv only."""
     rows = [row for row in rows if row.exported]
-    warnings = []
+    warnings = _shared_identifiers(rows, words) if formats else []
     for name in formats:
         if name == "canvas":
             _, missing, left_out = write_canvas(out / "canvas.csv", rows, assignment, possible, private_file, text_cell)

@@ -79,6 +79,20 @@ def find_metadata(root):
     return None
 
 
+def renamed_export(root):
+    """The one folder `root` holds when it looks like an export under another name (a copy named
+    "assignment_7_export 2" by the file manager): a submission_metadata.yml beside submission_N
+    folders. Not read as one (a student's folder could hold both), but not graded as one student
+    either: batch says so. None otherwise."""
+    entries = [entry for entry in Path(root).iterdir() if not entry.name.startswith(".") and entry.name != "__MACOSX"]
+    if len(entries) != 1 or not entries[0].is_dir() or entries[0].is_symlink():
+        return None
+    inner = entries[0]
+    if not (inner / METADATA).is_file():
+        return None
+    return inner if any(SUBMISSION_KEY.fullmatch(child.name) and child.is_dir() for child in inner.iterdir()) else None
+
+
 def unpack(archive, into):
     """Extract a zipped export into `into` (zipfile drops absolute paths and '..' parts)."""
     try:
