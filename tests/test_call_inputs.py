@@ -22,9 +22,11 @@ SOURCE = textwrap.dedent('''
             super().__init__()
             self.W_Q = nn.Linear(d_model, d_model, bias=False)
 
-        def forward(self, x, mask=None, inplace=False):
+        def forward(self, x, mask=None, inplace=False, rewrite=False):
             if inplace:
                 mask.unsqueeze_(0)
+            if rewrite:
+                mask.clamp_(0, 1)  # the same values, written in place
             code = CODES.get(mask.dtype, 0.0) if mask is not None else 0.0
             total = mask.to(torch.float32).sum() if mask is not None else torch.zeros(())
             return self.W_Q(x), torch.tensor([code, float(x.is_contiguous()), float(total)])
@@ -76,6 +78,15 @@ def test_an_input_changed_in_place_is_named(worker, handle):
     reply = run(worker, handle, np.ones((1, 2, 3), np.float32), kwargs={"mask": mask, "inplace": True})
     assert reply["modified"] == ["mask"]
     assert mask.shape == (2, 2)  # the grader's array is untouched
+
+
+def test_an_input_written_in_place_with_the_same_values_is_named(worker, handle):
+    """mask.clamp_(0, 1) on a 0/1 mask leaves its values, not its _version: it fails on an
+    expanded mask or one made under inference_mode (an outside writer's 48 before)."""
+    mask = np.ones((2, 2), np.int64)
+    reply = run(worker, handle, np.ones((1, 2, 3), np.float32), kwargs={"mask": mask, "rewrite": True})
+    assert reply["modified"] == ["mask"]
+    assert run(worker, handle, np.ones((1, 2, 3), np.float32), kwargs={"mask": mask})["modified"] == []
 
 
 def test_input_gradients_from_a_given_upstream(worker, handle):

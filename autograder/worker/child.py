@@ -464,6 +464,9 @@ class Worker:
                     given[name] = value.clone()
         args = [given[str(i)] for i in range(len(args))]
         kwargs = {k: given[k] for k in (kwargs or {})}
+        # an in-place write leaves its mark in `_version` even where the values stay (mask.clamp_(0, 1)
+        # on a 0/1 mask): it fails on an expanded or inference-mode mask, as the statement says
+        versions = {name: self._version_of(value) for name, value in given.items() if type(value) is torch.Tensor}
         if seed is not None:  # None: the generators go on from the call before, as in a training loop
             self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
@@ -489,7 +492,8 @@ class Worker:
         reply = {"outputs": returned, "traced": traced,
                  **self._masks_changed(module, masks),
                  "modified": sorted(name for name, copied in sent_copies.items()
-                                    if self._changed(given[name], copied)),
+                                    if self._changed(given[name], copied)
+                                    or self._version_of(given[name]) != versions.get(name)),
                  "earlier_outputs_changed": self._earlier_outputs_changed(handle)}
         self._keep_outputs(handle, [(v, a.copy(), self._version_of(v))  # as sent: same dtype
                                     for v, a in zip(outputs, returned)
