@@ -697,16 +697,17 @@ def _shaped(shape):
 @pytest.mark.parametrize("rule, outcome", [
     (lambda mask: (2, 3), (2, 3)),                                            # takes it
     (lambda mask: (2, 3) if mask is None or mask.dtype == bool else None, (2, 3)),  # takes it as bool
-    (lambda mask: (2, 3) if mask is None else None, None),                    # raises with it alone: masked_zero's
-    (lambda mask: (2, 3) if mask is None else (3, 3), None),                  # other shapes with it alone: masked_zero's
+    (lambda mask: (2, 3) if mask is None else None, "mask_raised_upstream"),  # raises with it alone: the mask named
+    (lambda mask: (2, 3) if mask is None else (3, 3), "mask_shape_mismatch_upstream"),  # other shapes with it alone
     (lambda mask: None, "size mismatch"),                                     # raises without it too: its own error
     (lambda mask: (3, 3), "shape_mismatch"),                                  # wrong shapes without it too
 ])
-def test_a_mask_the_module_cannot_take_is_left_to_masked_zero(rule, outcome):
-    """rows_sum_to_one and batch_independence judge the calls a module can take: a mask it breaks
-    on (an exception, or outputs of other shapes, as mask.squeeze() gives) while the same call
-    without it is right is masked_zero's to name, not theirs (an outside writer's mha_mask_squeezed
-    lost both with the heads' hint)."""
+def test_a_mask_the_module_cannot_take_is_named_and_still_costs_the_point(rule, outcome):
+    """rows_sum_to_one and batch_independence: a mask a module breaks on (an exception, or outputs
+    of other shapes, as mask.squeeze() gives) while the same call without it is right is named as
+    the mask's, masked_zero's to judge (an outside writer's mha_mask_squeezed lost both with the
+    heads' hint); it still costs the point (skipping it let a module that raises where only masked
+    calls judge a property buy it: hostile/sa_refuses_masks_where_only_masks_are_judged)."""
     from autograder.worker.submission_errors import SubmissionError
 
     mask = np.ones((2, 3), np.float32)

@@ -358,11 +358,9 @@ def batch_independent(run, inputs, rng, outputs_of, grown, masks=None):
     extra = grown - batch
     larger = [np.concatenate([rng.standard_normal((extra, *x.shape[1:])).astype(x.dtype), x]) for x in inputs]
     expect_close(outputs_of(run(*larger), grown)[extra:], before, "batch_size_changes_output", batch=batch, grown=grown)
-    if masks is not None:  # as bool: a mask of another dtype or form the module cannot take is masked_zero's
+    if masks is not None:  # as bool: a mask of another dtype the module cannot take is masked_zero's
         mask = masks(batch).astype(bool)
         before = taken(lambda **masked: run(*inputs, **masked), mask, lambda reply: outputs_of(reply, batch))
-        if before is None:
-            return
         after = outputs_of(run(*larger, mask=np.concatenate([masks(extra).astype(bool), mask])), grown)[extra:]
         expect_close(after, before, "batch_size_changes_output", batch=batch, grown=grown)
 
@@ -1495,10 +1493,14 @@ def attempted(call):
 
 def taken(run, mask, shaped):
     """The outputs (shaped(reply), shape-checked) of run(mask=mask), for a property that is not
-    about masks: where the module cannot take that mask (it raises, or gives outputs of another
-    shape, with it as sent and as bool) but takes the same call without it, None: the mask is
-    masked_zero's to name (mask_not_accepted, or the form it broadcasts wrong), and the property
-    judges the calls the module can take. A call that fails without a mask too raises its own error."""
+    about masks, taken as bool where the module cannot take the mask as sent. Where it takes it in
+    neither form (it raises, or gives outputs of another shape) but takes the same call without
+    it, the failure names the mask (mask_raised_upstream, mask_shape_mismatch_upstream: how it is
+    applied is masked_zero's to judge), and still costs this property: a module must not buy the
+    point by raising where only masked calls judge it. A call that fails without a mask too raises
+    its own error."""
+    from .harness import call_failure
+
     if mask is None:
         return shaped(run())
     failure = None
@@ -1515,7 +1517,13 @@ def taken(run, mask, shaped):
     except (SubmissionError, PropertyFailure):
         calling(at_fault)  # the example names the masked call that failed first
         raise failure from None
-    return None
+    calling(at_fault)
+    described = {"shape": list(mask.shape), "dtype": mask.dtype.name}
+    if isinstance(failure, SubmissionError):
+        raise call_failure(failure, "mask_raised_upstream", **described)
+    if failure.code == "shape_mismatch":
+        raise PropertyFailure("mask_shape_mismatch_upstream", **failure.params, **described) from None
+    raise failure
 
 
 def runs_after_moving(module, call, device):
