@@ -1499,8 +1499,6 @@ def taken(run, mask, shaped):
     applied is masked_zero's to judge), and still costs this property: a module must not buy the
     point by raising where only masked calls judge it. A call that fails without a mask too raises
     its own error."""
-    from .harness import call_failure
-
     if mask is None:
         return shaped(run())
     failure = None
@@ -1518,12 +1516,21 @@ def taken(run, mask, shaped):
         calling(at_fault)  # the example names the masked call that failed first
         raise failure from None
     calling(at_fault)
+    raise _named_for_the_mask(failure, mask)
+
+
+def _named_for_the_mask(failure, mask):
+    """The failure of a call that breaks with `mask` alone, named as the mask's: an exception the
+    submission raised (mask_raised_upstream) or outputs of another shape (mask_shape_mismatch_upstream);
+    any other failure as it is."""
+    from .harness import call_failure
+
     described = {"shape": list(mask.shape), "dtype": mask.dtype.name}
     if isinstance(failure, SubmissionError):
-        raise call_failure(failure, "mask_raised_upstream", **described)
+        return call_failure(failure, "mask_raised_upstream", **described)
     if failure.code == "shape_mismatch":
-        raise PropertyFailure("mask_shape_mismatch_upstream", **failure.params, **described) from None
-    raise failure
+        return PropertyFailure("mask_shape_mismatch_upstream", **failure.params, **described)
+    return failure
 
 
 def runs_after_moving(module, call, device):
@@ -1754,8 +1761,7 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
         if calls[index][1].get("noncontiguous"):
             raise call_failure(error, "noncontiguous_input_failed")
         if _right_without_mask(fresh, calls[index], lambda reply: shaped(index, reply)):
-            mask = calls[index][1]["mask"]
-            raise call_failure(error, "mask_raised_upstream", shape=list(mask.shape), dtype=mask.dtype.name)
+            raise _named_for_the_mask(error, calls[index][1]["mask"])
         raise error
     got = []
     for i, reply in enumerate(replies):
@@ -1764,9 +1770,7 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
         except PropertyFailure as failure:
             if failure.code != "shape_mismatch" or not _right_without_mask(fresh, calls[i], lambda r: shaped(i, r)):
                 raise
-            mask = calls[i][1]["mask"]
-            raise PropertyFailure("mask_shape_mismatch_upstream", **failure.params, shape=list(mask.shape),
-                                  dtype=mask.dtype.name) from None
+            raise _named_for_the_mask(failure, calls[i][1]["mask"]) from None
     for i, (_, options) in enumerate(calls):
         if options.get("noncontiguous"):
             for what, mine, twin in zip(("output", "weights"), got[i], got[i - 1]):
