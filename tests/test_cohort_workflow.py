@@ -164,6 +164,59 @@ def test_only_grades_the_named_entries_and_keeps_the_rest(store, tmp_path):
         run_batch(folder, store, Instant(), only=["nobody"])
 
 
+def test_a_name_spelled_decomposed_on_a_mac_is_the_same_student(store, tmp_path):
+    """`jose\u0301.py` (NFD, as macOS writes it) in a late folder became a second student beside
+    `jos\u00e9.py` (NFC): two rows, the first one's old grade exported too."""
+    run_batch(write_folder(tmp_path / "cohort", ["jos\u00e9.py", "ana.py"]), store, Instant())
+    late = write_folder(tmp_path / "late", ["jose\u0301.py"], marker=" v2")
+    assert run_batch(late, store, Instant(outcomes(SCALE))).graded == 1
+    view = report.build_view(store, "c", CONFIG)
+    assert {g.key: (g.run_id, g.total[0]) for g in view.graded} == {"ana.py": (1, 48), "jos\u00e9.py": (2, 46)}
+    again = Instant()
+    run_batch(late, store, again, regrade=True, only=["jose\u0301"])  # --only typed either way
+    assert again.keys == ["jos\u00e9.py"]
+
+
+def test_two_files_whose_names_differ_only_in_normal_form_stay_two_students(tmp_path):
+    """Linux lets one folder hold both spellings: they must not share a key."""
+    folder = write_folder(tmp_path / "cohort", ["jos\u00e9.py", "jose\u0301.py"])
+    with batch.entries(folder) as found:
+        keys = sorted(e.key for e in found)
+    assert keys[0] == "jos\u00e9.py" and re.fullmatch(r"jos\u00e9\.py~[0-9a-f]{8}", keys[1]), keys
+
+
+def test_a_store_with_a_decomposed_key_is_composed_when_opened(tmp_path):
+    path = tmp_path / "old.sqlite"
+    old = Store(path)
+    record(old, [("jose\u0301.py", [Submitter("x")], outcomes()), ("ana.py", [Submitter("a")], outcomes())])
+    old.db.execute("UPDATE submissions SET key = 'jose\u0301.py' WHERE key = 'jos\u00e9.py'")  # as stored before
+    old.db.commit()
+    old.close()
+    store = Store(path)
+    assert sorted(r.key for r in store.cohort_results("c")) == ["ana.py", "jos\u00e9.py"]
+    store.close()
+
+
+def test_grading_a_first_folder_again_after_a_late_one_says_what_it_replaces(store, tmp_path, capsys):
+    """`batch cohort --only ana` after `batch late` put ana's older file back in the view without a word."""
+    folder = write_folder(tmp_path / "cohort", ["ana.py", "luis.py"])
+    run_batch(folder, store, Instant())
+    late = write_folder(tmp_path / "late", ["ana.py"], marker=" late")
+    run_batch(late, store, Instant(outcomes(SCALE)))
+    summary = run_batch(folder, store, Instant(), only=["ana"])
+    assert summary.reused == 1 and summary.superseded == [("ana.py", 2, str(late.resolve()))]
+    console = Console(file=io.StringIO(), record=True, width=300)
+    batch.report_summary(summary, console, "es")
+    assert f"ana.py: la vista de la cohorte mostraba otro contenido, de la corrida 2 ({late.resolve()})" in console.export_text()
+    restored = run_batch(late, store, Instant(), only=["ana"])  # what the message says to do
+    assert restored.reused == 1 and restored.superseded == [("ana.py", 3, str(folder.resolve()))]
+    view = report.build_view(store, "c", CONFIG)
+    assert {g.key: g.total[0] for g in view.graded} == {"ana.py": 46, "luis.py": 48}
+    write_folder(folder, ["luis.py"], marker=" fixed")  # changed in place in its own folder: no warning
+    whole = run_batch(folder, store, Instant())  # the whole first folder again: ana's older file is named
+    assert [(key, run) for key, run, _ in whole.superseded] == [("ana.py", 4)]
+
+
 def test_only_on_the_command_line_and_the_summary_names_unreadable_students(store, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")
     folder = write_folder(tmp_path / "cohort", ["a.py", "b.py"])

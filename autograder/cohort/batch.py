@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class Summary:
     seconds: float = 0.0
     interrupted: bool = False
     unreadable_entries: list = field(default_factory=list)  # (key, name, first outcome) of every unreadable one
+    superseded: list = field(default_factory=list)  # (key, run, source): other content from another folder was shown
 
 
 def folder_entries(folder):
@@ -94,26 +96,36 @@ def folder_entries(folder):
 
 
 def clean_keys(found):
-    """The entries with keys that are valid text and pairwise distinct; paths stay as they were.
+    """The entries with keys that are valid text, composed and pairwise distinct; paths stay as they were.
 
-    A key that clean_line() changes (a lone surrogate, a control character, a newline or a tab
-    in a file name) becomes its cleaned text plus `~` and 8 hex digits of the sha256 of the raw
-    name, the same in every run. Only a name crafted to equal such a suffixed key makes it take a
-    counter as well."""
-    taken = {e.key for e in found if clean_line(e.key) == e.key}
+    A key is written in Unicode's composed form (NFC): macOS names a file `josé.py` with a
+    decomposed é, Linux and Windows with a composed one, so a late folder copied from another
+    machine must name the same student. A key that clean_line() changes (a lone surrogate, a
+    control character, a newline or a tab in a file name), or whose composed form another entry of
+    the folder already has, becomes its cleaned text plus `~` and 8 hex digits of the sha256 of the
+    raw name, the same in every run. Only a name crafted to equal such a suffixed key makes it take
+    a counter as well."""
+    taken = {e.key for e in found if clean_line(e.key) == e.key and _composed(e.key) == e.key}
     cleaned = []
     for entry in found:
-        if clean_line(entry.key) != entry.key:
-            digest = hashlib.sha256(entry.key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-            key = base = f"{clean_line(entry.key)}~{digest}"
+        key = entry.key
+        if clean_line(key) == key and _composed(key) not in taken:
+            key = _composed(key)
+            taken.add(key)
+        elif clean_line(key) != key or _composed(key) != key:
+            digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            key = base = f"{_composed(clean_line(key))}~{digest}"
             count = 1
             while key in taken:
                 count += 1
                 key = f"{base}-{count}"
             taken.add(key)
-            entry = dataclasses.replace(entry, key=key)
-        cleaned.append(entry)
+        cleaned.append(dataclasses.replace(entry, key=key))
     return cleaned
+
+
+def _composed(name):
+    return unicodedata.normalize("NFC", name)
 
 
 @contextlib.contextmanager
@@ -158,7 +170,7 @@ def select(found, only):
     for entry in found:
         by_stem.setdefault(_stem(entry.key), []).append(entry)
     chosen, unknown = {}, []
-    for key in only:
+    for key in map(_composed, only):
         if key in by_key:
             chosen[key] = by_key[key]
         elif len(by_stem.get(key, ())) == 1:
@@ -212,6 +224,9 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
             if done.get(entry.key) == content_hash:
                 summary.already_done += 1
                 continue
+            shown = store.shown(cohort, entry.key)
+            if shown and shown[1] != content_hash and shown[2] != run.source:
+                summary.superseded.append((entry.key, shown[0], shown[2]))
             replace = entry.key in done  # changed since this run recorded it
             previous = None if regrade else store.reusable(cohort, entry.key, content_hash, version, suite_hash)
             if previous is not None:
@@ -302,6 +317,8 @@ def report_summary(summary, console, language="en"):
         console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
     for key, message in [*summary.failures, *summary.grader_errors]:
         console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))
+    for key, run, source in summary.superseded:
+        console.print(Text("  " + words["batch_superseded"].format(key=key, run=run, source=source), style="yellow"))
     if summary.interrupted:
         console.print(Text(words["batch_interrupted"], style="yellow"))
     elif summary.failures:

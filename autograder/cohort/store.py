@@ -28,7 +28,7 @@ changes only their rows of the cohort view.
 
 Every text written here (names, outcomes, cohort and source names) goes through text.clean, so
 no lone surrogate or control character can fail an insert; keys must come clean (batch makes
-them clean and distinct). The file and its -wal and -shm are made 0600 on every open: they hold
+them clean, composed (NFC) and distinct). The file and its -wal and -shm are made 0600 on every open: they hold
 every student's feedback, and stores written by earlier versions were left world-readable.
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ import json
 import os
 import sqlite3
 import stat
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -188,6 +189,19 @@ class Store:
                 for name, kind in columns:
                     if name not in have:
                         self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            self._compose_keys()
+
+    def _compose_keys(self):
+        """Rewrite in composed form (NFC) the keys that earlier versions stored as the file system
+        spelled them, so that `josé.py` from a Mac and from Linux stay one student. A key whose
+        composed form the cohort already holds (both were stored before) is left as it is."""
+        rows = self.db.execute("SELECT id, cohort_id, key FROM submissions").fetchall()
+        taken = {(cohort_id, key) for _, cohort_id, key in rows}
+        for submission_id, cohort_id, key in rows:
+            composed = unicodedata.normalize("NFC", key)
+            if composed != key and (cohort_id, composed) not in taken:
+                self.db.execute("UPDATE submissions SET key = ? WHERE id = ?", (composed, submission_id))
+                taken.add((cohort_id, composed))
 
     def close(self):
         self.db.close()
@@ -266,6 +280,14 @@ class Store:
             " ORDER BY g.id DESC LIMIT 1",
             (self.cohort_id(cohort), key, content_hash, grader_version, suite_hash)).fetchone()
         return row[0] if row else None
+
+    def shown(self, cohort, key):
+        """(run id, content hash, run's source) of the key's result in the cohort view, or None."""
+        return self.db.execute(
+            "SELECT r.run_id, g.content_hash, runs.source FROM run_results r"
+            " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
+            " JOIN runs ON runs.id = r.run_id WHERE s.cohort_id = ? AND s.key = ? ORDER BY r.run_id DESC LIMIT 1",
+            (self.cohort_id(cohort, create=True), key)).fetchone()
 
     def _submission(self, run, key, submitters):
         """Insert or find the submission and refresh its submitters (inside the caller's transaction)."""
