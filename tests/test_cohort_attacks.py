@@ -460,7 +460,7 @@ def test_reports_are_private(store, tmp_path, loose_umask):
     report.write_reports(store, "c", out, CONFIG)
     assert [mode(f) for f in (out.parent, out, out / "students")] == [0o700] * 3
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert {p.suffix for p in files} == {".csv", ".html", ".md", ".png"}
+    assert {p.suffix or p.name for p in files} == {".csv", ".html", ".md", ".png", ".autograder-report"}
     assert {p: mode(p) for p in files} == {p: 0o600 for p in files}
 
     earlier = tmp_path / "earlier"  # reports written by an earlier version, world-readable

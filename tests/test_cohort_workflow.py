@@ -417,6 +417,25 @@ def test_a_file_and_a_folder_of_one_name_are_ambiguous_and_names_match_whatever_
     assert joined.people == {"jose\u0301.py": [jose]}
 
 
+def test_a_report_into_a_reused_folder_leaves_no_earlier_file_that_passes_for_current(store, tmp_path):
+    """Pages of students no longer in the view, and LMS files not asked for again, stayed in a reused
+    --out beside the new ones. Files no report wrote stay."""
+    run_batch(write_folder(tmp_path / "cohort", ["ana.py", "luis.py"]), store, Instant())
+    run_batch(write_folder(tmp_path / "late", ["ana.py"], marker=" late"), store, Instant(outcomes(SCALE)))
+    out = tmp_path / "out"
+    report.write_reports(store, "c", out, CONFIG)
+    (out / "notes.txt").write_text("the TA's own file", encoding="utf-8")
+    (out / "students" / "mine.md").write_text("also the TA's", encoding="utf-8")
+    before = {p.name for p in (out / "students").iterdir()}
+    assert {"luis.py.html", "luis.py.md", "moodle.csv"} <= before | {p.name for p in out.iterdir()}
+    report.write_reports(store, "c", out, CONFIG, run_id=2, formats=("canvas",))  # run 2 holds ana alone
+    assert sorted(p.name for p in (out / "students").iterdir()) == ["ana.py.html", "ana.py.md", "mine.md"]
+    assert not (out / "moodle.csv").exists() and not (out / "gradescope.csv").exists()
+    assert (out / "canvas.csv").exists() and (out / "notes.txt").exists()
+    report.write_reports(store, "c", out, CONFIG)  # and back: everything is written again
+    assert {"luis.py.html", "luis.py.md"} <= {p.name for p in (out / "students").iterdir()}
+
+
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     latin = tmp_path / "latin1.csv"

@@ -216,12 +216,43 @@ def _number(value):
     return "" if value is None else f"{value:g}"
 
 
-def write_gradebook(path, items, config):
+class ReportFolder:
+    """The files one report writes into --out, so that a report into a reused folder removes what
+    the earlier report there wrote and this one does not (the page of a key no longer in the view,
+    a format not asked for now), which would otherwise pass for current. The list lives in
+    MANIFEST; a file no report listed is never touched."""
+
+    MANIFEST = ".autograder-report"
+
+    def __init__(self, out):
+        self.out = Path(out)
+        self.written = set()
+
+    def open(self, path, binary=False):
+        self.written.add(Path(path).relative_to(self.out).as_posix())
+        return private_file(path, binary)
+
+    def close(self):
+        """Remove the earlier report's files that this one did not write, then list this one's."""
+        try:
+            earlier = (self.out / self.MANIFEST).read_text(encoding="utf-8").splitlines()
+        except (FileNotFoundError, UnicodeDecodeError):
+            earlier = []
+        for name in set(earlier) - self.written:
+            stale = self.out / name
+            if ".." not in Path(name).parts and not Path(name).is_absolute() and stale.is_file() \
+                    and not stale.is_symlink():
+                stale.unlink()
+        with private_file(self.out / self.MANIFEST) as handle:
+            handle.write("".join(f"{name}\n" for name in sorted(self.written)))
+
+
+def write_gradebook(path, items, config, opener=private_file):
     """gradebook.csv from Graded/Ungraded items (or ready Rows); Status in the report's language."""
     classes = config.classes
     words = feedback.catalog(config.language)["report"]
     rows = [i for i in items if isinstance(i, Row)] + rows_of([i for i in items if not isinstance(i, Row)], config)
-    with private_file(path) as handle:
+    with opener(path) as handle:
         writer = csv.writer(handle)
         writer.writerow(["Name", "SID", "Email", "Submission", "Status", "Run", "Total Score", "Max Points", *classes])
         for row in rows:
@@ -288,7 +319,7 @@ def diagnosis_counts(graded, language):
     return rows
 
 
-def plot(out, graded, per_property, per_class, config, labels):
+def plot(out, graded, per_property, per_class, config, labels, opener):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -302,7 +333,7 @@ def plot(out, graded, per_property, per_class, config, labels):
     ax.set_ylabel(labels["submissions"])
     ax.set_title(labels["histogram"])
     figures["histogram"] = "histogram.png"
-    _save(fig, out / figures["histogram"])
+    _save(fig, out / figures["histogram"], opener)
 
     for name, rows, height in (("per_property", per_property, 0.28), ("per_class", per_class, 0.6)):
         fig, ax = plt.subplots(figsize=(7, 1 + height * len(rows)))
@@ -312,15 +343,15 @@ def plot(out, graded, per_property, per_class, config, labels):
         ax.set_title(f"{labels['pass_rate']} {labels[name]}")
         ax.tick_params(axis="y", labelsize=7 if name == "per_property" else 9)
         figures[name] = f"pass_rate_{name}.png"
-        _save(fig, out / figures[name])
+        _save(fig, out / figures[name], opener)
     return figures
 
 
-def _save(fig, path):
+def _save(fig, path, opener):
     import matplotlib.pyplot as plt  # loaded by plot() already
 
     fig.tight_layout()
-    with private_file(path, binary=True) as handle:
+    with opener(path, binary=True) as handle:
         fig.savefig(handle, format="png", dpi=100)
     plt.close(fig)
 
@@ -440,8 +471,9 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
     labels = feedback.catalog(config.language)["report"]
     env = environment()
     rows = rows_of(view.items, config)
-    write_gradebook(out / "gradebook.csv", rows, config)
-    view.export_warnings = exports.write(out, formats, rows, assignment, config.max_score, private_file, text_cell, labels)
+    folder = ReportFolder(out)
+    write_gradebook(out / "gradebook.csv", rows, config, folder.open)
+    view.export_warnings = exports.write(out, formats, rows, assignment, config.max_score, folder.open, text_cell, labels)
     page = {"labels": labels, "cohort": view.cohort, "language": config.language,
             "title": feedback.label("summary_title", config.language),
             "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
@@ -450,11 +482,11 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
         context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored)}
         for suffix in ("html", "md"):
             text = env.get_template(f"student.{suffix}.j2").render(context)
-            with private_file(out / "students" / f"{item.page}.{suffix}") as handle:
+            with folder.open(out / "students" / f"{item.page}.{suffix}") as handle:
                 handle.write(text)
     per_property, per_class, top = summary_figures(graded, config)
     totals = [g.total[0] for g in graded] or [0.0]
-    figures = plot(out, graded, per_property, per_class, config, labels)
+    figures = plot(out, graded, per_property, per_class, config, labels, folder.open)
     context = {
         "cohort": view.cohort, "view": view, "labels": labels, "language": config.language, "items": view.items,
         "graded": graded, "max_score": config.max_score, "mean": statistics.fmean(totals),
@@ -464,8 +496,9 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
         "runs": [r for r in view.runs if view.run is None or r.id == view.run.id],
     }
     text = env.get_template("summary.html.j2").render(context)
-    with private_file(out / "index.html") as handle:
+    with folder.open(out / "index.html") as handle:
         handle.write(text)
+    folder.close()
     return view
 
 
