@@ -135,6 +135,8 @@ def _load(path):
         names, chosen, text = [path.name], path.name, _decode(_read(path, path.name), path.name)
     else:
         raise SubmissionUnreadable("no_python_file", files=[path.name])
+    if not text.strip():  # nothing handed in: unreadable, as an empty folder is, not a stub graded 0
+        raise SubmissionUnreadable("empty", file=shown_name(chosen))
     return Submission(text, shown_name(chosen), len(_candidates(names, ".py") + _candidates(names, ".ipynb")))
 
 

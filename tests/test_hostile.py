@@ -57,7 +57,7 @@ RESULTS_PLACEHOLDER = '"/autograder/results"'
 # Graded in the same run: what the corpus is compared with.
 # Broken files: every test of every class fails with this code.
 WHOLE_FILE = {
-    "empty": "submission.missing_class",
+    "empty": "load.empty",
     "misnamed_classes": "submission.missing_class",
     "syntax_error": "submission.syntax_error",
     "colab_export": "submission.syntax_error_ipython",
@@ -367,7 +367,7 @@ def test_attack_on_one_class_costs_only_that_class(graded, name):
 
 # What the student reads first: {line} is the line of the file that ends with LINE_MARKS[file].
 MESSAGES = [
-    ("empty", "MultiHeadAttention", "Tu archivo no define la clase MultiHeadAttention."),
+    ("empty", "MultiHeadAttention", "attention.py está vacío: guarda en él tu trabajo"),
     ("misnamed_classes", "SelfAttention", "Tu archivo no define la clase SelfAttention."),
     ("missing_module", "SelfAttention",
      "Tu archivo importa el módulo numpyy (línea {line}), que el corrector no tiene"),

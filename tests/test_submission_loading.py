@@ -86,6 +86,16 @@ def test_empty_folder(tmp_path):
     assert unreadable_code(tmp_path)[0] == "no_python_file"
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "  \t\n"])
+def test_an_empty_file_is_unreadable_as_an_empty_folder_is(tmp_path, text):
+    """An empty attention.py was graded like a stub (0 with "no defines la clase" three times),
+    an empty folder unreadable: both are nothing handed in."""
+    assert unreadable_code(make_tree(tmp_path, {"attention.py": text}) / "attention.py") == ("empty", {"file": "attention.py"})
+    assert unreadable_code(make_zip(tmp_path / "e.zip", {"tarea/attention.py": text}))[0] == "empty"
+    beside = make_tree(tmp_path / "f", {"attention.py": text, "cuaderno.ipynb": notebook_of(SOLVED)})
+    assert submission.load(beside).filename == "cuaderno.ipynb"  # the empty file yields, as the stub does
+
+
 def test_missing_path(tmp_path):
     assert unreadable_code(tmp_path / "nada.py")[0] == "missing"
 
