@@ -436,6 +436,23 @@ def test_a_report_into_a_reused_folder_leaves_no_earlier_file_that_passes_for_cu
     assert {"luis.py.html", "luis.py.md"} <= {p.name for p in (out / "students").iterdir()}
 
 
+@pytest.mark.parametrize("argv", [
+    ["batch", "FOLDER", "--cohort", ""], ["batch", "FOLDER", "--cohort", "  "], ["batch", "FOLDER", "--cohort", "a\nb"],
+    ["batch", "FOLDER", "--cohort", "2026:1"],  # diff would read run 1 of cohort 2026
+    ["report", "--cohort", "c", "--out", "OUT", "--assignment", "=HYPERLINK(\"x\")"],
+    ["report", "--cohort", "c", "--out", "OUT", "--assignment", "Tarea\n2"],
+])
+def test_a_cohort_name_or_column_title_that_cannot_work_is_refused_before_anything_runs(tmp_path, capsys, argv):
+    """An empty cohort name and one with a newline were stored as typed; a title starting with = was
+    written as a formula header of canvas.csv."""
+    folder = write_folder(tmp_path / "cohort", ["ana.py"])
+    argv = [str(folder) if a == "FOLDER" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--db", str(tmp_path / "store.sqlite")])
+    assert stopped.value.code == 2 and "cannot" in capsys.readouterr().err
+    assert not (tmp_path / "store.sqlite").exists() and not (tmp_path / "out").exists()
+
+
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     latin = tmp_path / "latin1.csv"

@@ -53,7 +53,7 @@ from ..outcomes import Outcome
 from ..text import clean, clean_line
 from . import gradescope_export
 from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
-from .store import DEFAULT_PATH, Store, Submitter
+from .store import DEFAULT_PATH, Store, Submitter, cohort_name
 
 SUBMISSION_SUFFIXES = (".py", ".zip", ".ipynb")
 
@@ -351,7 +351,7 @@ def register(commands):
 
     batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
     batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
-    batch.add_argument("--cohort", required=True, help="cohort name in the store")
+    batch.add_argument("--cohort", required=True, type=cohort_name, help="cohort name in the store")
     batch.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                        help="parallel slots (default: the cores; a slot and its worker take turns on "
                             "about one core, and more slots cost more CPU per submission)")

@@ -14,11 +14,22 @@ gradescope.csv is plain UTF-8, as Gradescope's roster guide asks.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 
 FORMATS = ("canvas", "moodle", "gradescope")
 DEFAULT_ASSIGNMENT = "Attention"
 SCORED = ("graded", "unreadable")
+
+
+def assignment_title(text):
+    """--assignment as argparse reads it: the score column's title in canvas.csv and moodle.csv, one
+    line of text that no spreadsheet takes for a formula (the guard's quote would become part of the
+    title in the LMS)."""
+    if not text.strip() or any(c in text for c in "\n\r\t") or text.startswith(("=", "+", "-", "@")):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot title a score column: give one line of text that does "
+                                         "not start with =, +, - or @, e.g. 'Tarea 2'")
+    return text
 
 
 def _number(value):

@@ -534,7 +534,7 @@ def register(commands):
     report.add_argument("--roster", help="CSV class list (key, name, sid, email[, login, section]) joined by key")
     report.add_argument("--format", dest="formats", action="append", choices=(*exports.FORMATS, "all"),
                         help="LMS export to write: canvas, moodle, gradescope or all (repeatable; default: all)")
-    report.add_argument("--assignment", default=exports.DEFAULT_ASSIGNMENT,
+    report.add_argument("--assignment", default=exports.DEFAULT_ASSIGNMENT, type=exports.assignment_title,
                         help="column title of the score in canvas.csv and moodle.csv, e.g. 'Tarea 2' or "
                              "'Tarea 2 (12345)' to hit an existing Canvas assignment by id (default: %(default)s)")
     add_store_option(report)

@@ -33,6 +33,7 @@ every student's feedback, and stores written by earlier versions were left world
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sqlite3
@@ -140,6 +141,15 @@ class Failure:
     submitters: list
     message: str
     run_id: int
+
+
+def cohort_name(text):
+    """--cohort as argparse reads it: one line of text, not blank, without ':' (diff reads
+    COHORT:RUN). A name with a newline or a tab ended up in the store as typed, and `""` was a cohort."""
+    if not text.strip() or clean(text) != text or any(c in text for c in "\n\r\t:"):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot name a cohort: give one line of text, without ':' "
+                                         "(diff reads COHORT:RUN), e.g. 2026-1")
+    return text
 
 
 def _now():
