@@ -7,6 +7,7 @@ and control characters, which garble terminals and pages. Every such string is p
 clean() where it enters the trusted side, and results.json is cleaned once more as it is written.
 """
 import re
+import unicodedata
 
 # C0 and C1 control characters except tab and newline, and DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -37,6 +38,12 @@ def clean(text):
     text = _INVISIBLE.sub("", _SURROGATE.sub("\ufffd", text))
     text = _SEPARATOR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n"))
     return _CONTROL.sub("", text)
+
+
+def composed(text):
+    """`text` in Unicode's composed form (NFC): macOS writes `josé` decomposed (e + U+0301),
+    Linux, Windows and keyboards composed, and both must be one name."""
+    return unicodedata.normalize("NFC", text)
 
 
 def clean_line(text):

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,12 +49,12 @@ from .. import config as grading_config
 from .. import feedback, submission
 from ..grade import close_to_workers, suite_version
 from ..outcomes import Outcome
-from ..text import clean, clean_line
+from ..text import clean, clean_line, composed
 from . import gradescope_export
 from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
+from .roster import SUFFIXES, stem
 from .store import DEFAULT_PATH, Store, Submitter, cohort_name
 
-SUBMISSION_SUFFIXES = (".py", ".zip", ".ipynb")
 
 
 class BatchError(UsageError):
@@ -89,7 +88,7 @@ def folder_entries(folder):
     """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`."""
     entries = []
     for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix.lower() in SUBMISSION_SUFFIXES):
+        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix.lower() in SUFFIXES):
             continue
         entries.append(Entry(path.name, path, (Submitter(name=clean_line(path.stem)),)))
     return entries
@@ -105,16 +104,16 @@ def clean_keys(found):
     the folder already has, becomes its cleaned text plus `~` and 8 hex digits of the sha256 of the
     raw name, the same in every run. Only a name crafted to equal such a suffixed key makes it take
     a counter as well."""
-    taken = {e.key for e in found if clean_line(e.key) == e.key and _composed(e.key) == e.key}
+    taken = {e.key for e in found if clean_line(e.key) == e.key and composed(e.key) == e.key}
     cleaned = []
     for entry in found:
         key = entry.key
-        if clean_line(key) == key and _composed(key) not in taken:
-            key = _composed(key)
+        if clean_line(key) == key and composed(key) not in taken:
+            key = composed(key)
             taken.add(key)
-        elif clean_line(key) != key or _composed(key) != key:
+        elif clean_line(key) != key or composed(key) != key:
             digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-            key = base = f"{_composed(clean_line(key))}~{digest}"
+            key = base = f"{composed(clean_line(key))}~{digest}"
             count = 1
             while key in taken:
                 count += 1
@@ -122,10 +121,6 @@ def clean_keys(found):
             taken.add(key)
         cleaned.append(dataclasses.replace(entry, key=key))
     return cleaned
-
-
-def _composed(name):
-    return unicodedata.normalize("NFC", name)
 
 
 @contextlib.contextmanager
@@ -168,9 +163,9 @@ def select(found, only):
     by_key = {e.key: e for e in found}
     by_stem = {}
     for entry in found:
-        by_stem.setdefault(_stem(entry.key), []).append(entry)
+        by_stem.setdefault(stem(entry.key), []).append(entry)
     chosen, unknown = {}, []
-    for key in map(_composed, only):
+    for key in map(composed, only):
         if key in by_key:
             chosen[key] = by_key[key]
         elif len(by_stem.get(key, ())) == 1:
@@ -182,12 +177,6 @@ def select(found, only):
         raise BatchError(f"--only {', '.join(unknown)}: no such entry (or several) in this folder; "
                          f"its entries: {shown}")
     return [e for e in found if e.key in chosen]
-
-
-def _stem(key):
-    """A key without its submission suffix: `ana.py` -> `ana` (folders stay as they are)."""
-    base, dot, suffix = key.rpartition(".")
-    return base if dot and base and f".{suffix.lower()}" in SUBMISSION_SUFFIXES else key
 
 
 def _progress(console):
@@ -313,7 +302,7 @@ def report_summary(summary, console, language="en"):
         seconds=f"{summary.seconds:.1f}")))
     for key, name, outcome in summary.unreadable_entries:
         reason = feedback.message(outcome, language).splitlines()[0]
-        shown = key if name in (key, _stem(key)) else f"{key} ({name})"
+        shown = key if name in (key, stem(key)) else f"{key} ({name})"
         console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
     for key, message in [*summary.failures, *summary.grader_errors]:
         console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))

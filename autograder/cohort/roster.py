@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..text import clean
+from ..text import clean, composed
 
-SUFFIXES = (".py", ".zip", ".ipynb")
+SUFFIXES = (".py", ".zip", ".ipynb")  # what a submission may be, beside a folder (batch reads these)
 ALIASES = {
     "key": ("key", "submission", "file", "folder", "clave", "entrega", "archivo", "carpeta"),
     "name": ("name", "full name", "student", "nombre", "nombre completo", "estudiante"),
@@ -109,7 +109,7 @@ def read(path):
 
 
 def stem(key):
-    """A key without its submission suffix: `ana.py` -> `ana`."""
+    """A key without its submission suffix: `ana.py` -> `ana` (folders stay as they are)."""
     base, dot, suffix = key.rpartition(".")
     return base if dot and base and f".{suffix.lower()}" in SUFFIXES else key
 
@@ -124,19 +124,13 @@ class Joined:
     ambiguous: list  # (roster key, [submission keys]) of rows that match several submissions
 
 
-def _same(name):
-    """A name as compared: NFC, so that `josé` typed on a keyboard matches `josé.py` as macOS
-    writes it (NFD)."""
-    return unicodedata.normalize("NFC", name)
-
-
 def join(roster, submissions):
     """Match roster rows to `submissions` ({key: stored submitters}); see the module's docstring."""
     by_name, by_folded, by_email, by_sid = {}, {}, {}, {}
     for key, people in submissions.items():
-        for name in {_same(key), _same(stem(key))}:  # `ana.py` and a folder `ana` are both "ana"
+        for name in {composed(key), composed(stem(key))}:  # `ana.py` and a folder `ana` are both "ana"
             by_name.setdefault(name, []).append(key)
-        for name in {_same(key).casefold(), _same(stem(key)).casefold()}:
+        for name in {composed(key).casefold(), composed(stem(key)).casefold()}:
             by_folded.setdefault(name, []).append(key)
         for person in people:
             if person.email:
@@ -146,8 +140,8 @@ def join(roster, submissions):
     joined = Joined({}, [], [], [])
     for key, person in roster.rows:
         if key:  # as written first: `luis` and `LUIS` are two students when both submitted
-            found = (by_name.get(_same(key)) or by_name.get(_same(stem(key)))
-                     or by_folded.get(_same(key).casefold()) or by_folded.get(_same(stem(key)).casefold(), []))
+            found = (by_name.get(composed(key)) or by_name.get(composed(stem(key)))
+                     or by_folded.get(composed(key).casefold()) or by_folded.get(composed(stem(key)).casefold(), []))
         else:
             found = by_email.get(person.email.casefold(), []) if person.email else []
             found = found or (by_sid.get(person.sid, []) if person.sid else [])

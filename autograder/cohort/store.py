@@ -38,14 +38,13 @@ import json
 import os
 import sqlite3
 import stat
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
 from ..outcomes import Outcome
-from ..text import clean, clean_tree
+from ..text import clean, clean_tree, composed
 
 DEFAULT_PATH = Path("autograder-cohorts.sqlite")
 
@@ -208,10 +207,10 @@ class Store:
         rows = self.db.execute("SELECT id, cohort_id, key FROM submissions").fetchall()
         taken = {(cohort_id, key) for _, cohort_id, key in rows}
         for submission_id, cohort_id, key in rows:
-            composed = unicodedata.normalize("NFC", key)
-            if composed != key and (cohort_id, composed) not in taken:
-                self.db.execute("UPDATE submissions SET key = ? WHERE id = ?", (composed, submission_id))
-                taken.add((cohort_id, composed))
+            new = composed(key)
+            if new != key and (cohort_id, new) not in taken:
+                self.db.execute("UPDATE submissions SET key = ? WHERE id = ?", (new, submission_id))
+                taken.add((cohort_id, new))
 
     def close(self):
         self.db.close()
