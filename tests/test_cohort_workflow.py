@@ -530,6 +530,19 @@ def test_diff_of_two_runs_by_number_still_compares_those_runs(store):
     assert label == "c (corridas hasta la 2)" and {r.key: r.run_id for r in view} == {"a": 2, "b": 1}
 
 
+def test_diff_of_one_run_compares_it_with_the_run_before_it(store, capsys, monkeypatch):
+    """`diff c:1` compared the cohort's second-to-last run with run 1: backwards in time, and with
+    students appearing and leaving who did not."""
+    monkeypatch.setenv("COLUMNS", "200")
+    for graded in (outcomes(), outcomes(SCALE), outcomes(SDPA)):
+        record(store, [("a", [], graded)])
+    assert main(["diff", "c:2", "--db", str(store.path), "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "c:1 → c:2" in out and "48" in out and "46" in out
+    assert main(["diff", "c:1", "--db", str(store.path)]) == 2
+    assert "no run before run 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("width", [40, 60, 80, 120])
 def test_print_changes_folds_long_text_on_a_narrow_terminal(width):
     console = Console(file=io.StringIO(), width=width)

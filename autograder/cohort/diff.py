@@ -33,16 +33,18 @@ class Change:
 
 
 def resolve(store, ref, previous=False):
-    """A run from COHORT or COHORT:RUN; previous=True gives the run before the cohort's latest."""
+    """A run from COHORT or COHORT:RUN; previous=True gives the run before it (before the cohort's
+    latest when no RUN is named)."""
     cohort, _, run = ref.rpartition(":") if ":" in ref else (ref, "", "")
     if run and not run.isdigit():
         raise StoreError(f"{ref!r}: expected COHORT or COHORT:RUN")
+    chosen = store.run(cohort, int(run) if run else None)
     if not previous:
-        return store.run(cohort, int(run) if run else None)
-    runs = store.runs(cohort)
-    if len(runs) < 2:
-        raise StoreError(f"cohort {cohort!r} has {len(runs)} run(s): give two runs or cohorts to compare")
-    return runs[-2]
+        return chosen
+    earlier = [r for r in store.runs(cohort) if r.id < chosen.id]
+    if not earlier:
+        raise StoreError(f"cohort {cohort!r} has no run before run {chosen.id}: give two runs or cohorts to compare")
+    return earlier[-1]
 
 
 def side(store, ref, language="en"):
