@@ -17,7 +17,7 @@ from rich.console import Console
 from autograder import config as grading_config
 from autograder.cli import main
 from autograder.cohort import batch, diff, exports, report, roster
-from autograder.cohort.store import Store, Submitter
+from autograder.cohort.store import Store, StoreError, Submitter
 from autograder.grade import suite_version
 from autograder.outcomes import Outcome
 from cohort_fakes import Instant, outcomes
@@ -124,6 +124,35 @@ def test_a_late_submission_batched_alone_adds_or_replaces_only_that_student(stor
     rows = gradebook(tmp_path / "out" / "gradebook.csv")
     assert {k: (r["Run"], r["Total Score"]) for k, r in rows.items()} == {
         "a.py": ("1", "48"), "b.py": ("3", "47"), "c.py": ("1", "48"), "d.py": ("2", "46")}
+
+
+def test_a_second_batch_while_one_grades_is_refused_and_the_report_says_in_progress(store, tmp_path, capsys):
+    """The same command run again while the first still graded (as "did not finish" invited)
+    graded the same submissions, then stopped on an IntegrityError traceback."""
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py"])
+    seen = {}
+
+    class Watching(Instant):
+        def run(self, tasks):
+            for task, result in super().run(tasks):
+                if len(self.tasks) == 2:  # a.py stored, b.py grading: a second batch, and a report
+                    other = Store(store.path)
+                    with pytest.raises(StoreError, match=r"another batch \(pid \d+\) is grading into"):
+                        run_batch(folder, other, Instant())
+                    seen["second"] = True
+                    seen["warnings"] = report.build_view(other, "c", ENGLISH).warnings
+                    other.close()
+                yield task, result
+
+    assert run_batch(folder, store, Watching()).graded == 2
+    [warning] = seen["warnings"]
+    assert warning.startswith(f"Run 1 ({folder.resolve()}, started ") and "is in progress" in warning
+    assert "1 of 2 submissions so far" in warning
+    assert store.grading_now() is None and report.build_view(store, "c", CONFIG).warnings == []
+    assert main(["batch", str(folder), "--cohort", "c", "--db", str(store.path), "--jobs", "1", "--regrade"]) == 0
+    with pytest.raises(SystemExit):  # refused before a run is opened, which no command could finish
+        main(["batch", str(folder), "--cohort", "c", "--db", str(store.path), "--jobs", "0", "--regrade"])
+    assert len(store.runs("c")) == 2 and all(r.finished for r in store.runs("c"))
 
 
 def test_a_late_folder_never_finishes_the_interrupted_run_of_the_whole_cohort(store, tmp_path):

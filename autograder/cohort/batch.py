@@ -31,6 +31,7 @@ so that keys stay distinct and stable across runs while the grading reads the or
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -194,7 +195,7 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
     close_to_workers([path])  # as root: no worker may read its classmates' submissions
     version, suite_hash = suite_version(config)
     started = time.monotonic()
-    with entries(path) as found:
+    with entries(path) as found, store.batch_lock() as holding:
         if not found:
             raise BatchError(f"no submissions found in {path}")
         if only:
@@ -202,6 +203,7 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
         scope = [e.key for e in found] if only else None
         run, resumed = store.begin_run(cohort, version, suite_hash, config.source, Path(path).resolve(), regrade,
                                        scope)
+        holding(run)
         store.set_expected(run.id, len(found))
         summary = Summary(run_id=run.id, resumed=resumed)
         done = store.done(run.id)
@@ -332,6 +334,17 @@ def cmd_batch(args):
     return 130 if summary.interrupted else 2 if summary.failures or summary.grader_errors else 0
 
 
+def slots(text):
+    """--jobs as argparse reads it, before any run is opened: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the number of grading slots, at least 1")
+    return value
+
+
 def add_store_option(parser):
     parser.add_argument("--db", default=str(DEFAULT_PATH), help=f"SQLite store (default: ./{DEFAULT_PATH})")
 
@@ -341,7 +354,7 @@ def register(commands):
     batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
     batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
     batch.add_argument("--cohort", required=True, type=cohort_name, help="cohort name in the store")
-    batch.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    batch.add_argument("--jobs", type=slots, default=os.cpu_count() or 1,
                        help="parallel slots (default: the cores; a slot and its worker take turns on "
                             "about one core, and more slots cost more CPU per submission)")
     batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")

@@ -418,8 +418,11 @@ def build_view(store, cohort, config, run_id=None, roster=None):
         if failure.key not in latest:
             ungraded[failure.key] = Ungraded(failure.key, failure.submitters, "grader_failure", failure.run_id)
     view = View(cohort, runs, run, graded, list(ungraded.values()))
+    now = store.grading_now()
     for r in shown:
-        template = words["warning_unfinished" if r.expected else "warning_unfinished_count"]
+        in_progress = now == (r.cohort, r.id)
+        template = words["warning_in_progress" if in_progress else
+                         "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
                                              count=counts.get(r.id, 0), expected=r.expected))
     stale = {}

@@ -34,6 +34,8 @@ every student's feedback, and stores written by earlier versions were left world
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import sqlite3
@@ -215,6 +217,52 @@ class Store:
     def close(self):
         self.db.close()
 
+    # ---- the one batch writing ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def batch_lock(self):
+        """Held by the one batch grading into this store, as `<store>-batch`: a second one (the same
+        command run again while the first still grades, as the report's "unfinished run" warning
+        invites) would grade the same submissions and then fail on the first one's results. A
+        StoreError names the holder. The lock is the kernel's (flock): a batch killed with -9 holds
+        none. The file says who holds it (pid, cohort, run), for reports."""
+        path = Path(f"{self.path}-batch")
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot lock the store {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 200).decode("utf-8", "replace").split("\t")[0]
+            os.close(descriptor)
+            raise StoreError(f"another batch (pid {holder or '?'}) is grading into {self.path} now: let it finish, "
+                             "or stop it, then run this command again") from None
+
+        def holding(run):
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{os.getpid()}\t{run.cohort}\t{run.id}".encode("utf-8", "replace"), 0)
+
+        try:
+            holding(Run(0, "", "", None, "", "", "", False))
+            yield holding
+        finally:
+            os.close(descriptor)
+
+    def grading_now(self):
+        """(cohort, run id) of the run a batch is grading into this store now, or None."""
+        try:
+            descriptor = os.open(f"{self.path}-batch", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            fields = os.read(descriptor, 4096).decode("utf-8", "replace").split("\t")
+            return (fields[1], int(fields[2])) if len(fields) == 3 and fields[2].isdigit() else ("", 0)
+        finally:
+            os.close(descriptor)
+
     # ---- cohorts and runs ---------------------------------------------------------------------
     def cohort_id(self, name, create=False):
         name = clean(name)
@@ -222,7 +270,11 @@ class Store:
         if row:
             return row[0]
         if not create:
-            raise StoreError(f"no cohort named {name!r} in {self.path}")
+            names = [row[0] for row in self.db.execute("SELECT name FROM cohorts ORDER BY name")]
+            there = (f"its cohorts: {', '.join(map(repr, names[:20]))}" if names else
+                     "it holds none (a store copied without its -wal file, after a batch was killed, "
+                     "lacks what that batch wrote: copy both)")
+            raise StoreError(f"no cohort named {name!r} in {self.path}; {there}")
         with self.db:
             return self.db.execute("INSERT INTO cohorts (name, created_at) VALUES (?, ?)", (name, _now())).lastrowid
 
