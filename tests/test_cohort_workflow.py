@@ -424,6 +424,25 @@ def test_a_roster_without_keys_matches_by_email(store):
     assert joined.missing == [] and joined.unmatched == []
 
 
+def test_a_group_member_the_roster_lacks_keeps_their_row_and_an_empty_roster_cell_keeps_the_export(store, tmp_path):
+    """A Gradescope group (Marta and Pedro) joined by Marta's email: Pedro, not in the roster, had
+    no row in any file and no warning. Pedro's row with a SID but no email lost the export's email."""
+    group = [Submitter("Marta Díaz", "marta@x.edu", ""), Submitter("Pedro Gil", "pedro@x.edu", "")]
+    record(store, [("submission_103", group, outcomes()), ("submission_104", [Submitter("Luz", "luz@x.edu", "")], outcomes())])
+    only_marta = roster.Roster((("", roster.Person("Marta Díaz", "marta@x.edu", "11", "", "")),
+                                ("submission_104", roster.Person("Luz Rey", "", "12", "", ""))))
+    view = report.build_view(store, "c", ENGLISH, roster=only_marta)
+    people = {p.name: (p.email, p.sid) for i in view.graded for p in i.submitters}
+    assert people == {"Marta Díaz": ("marta@x.edu", "11"), "Pedro Gil": ("pedro@x.edu", ""),
+                      "Luz Rey": ("luz@x.edu", "12")}
+    assert [w for w in view.warnings if "Pedro Gil (submission_103)" in w and "not in the roster" in w]
+    both = roster.Roster((("submission_103", roster.Person("Marta Díaz", "", "11", "", "")),
+                          ("submission_103", roster.Person("pedro gil", "", "13", "", ""))))
+    view = report.build_view(store, "c", ENGLISH, roster=both)  # matched by name: no one twice
+    assert sorted((p.name, p.email, p.sid) for p in view.graded[0].submitters) == [
+        ("Marta Díaz", "marta@x.edu", "11"), ("pedro gil", "pedro@x.edu", "13")]
+
+
 def test_keys_that_differ_in_case_are_two_students_and_a_row_matching_both_exports_nothing():
     """`luis.py` and `LUIS.py` once gave each of the two roster rows both submissions: two rows each,
     with different scores, in every LMS export."""

@@ -46,6 +46,7 @@ from ..errors import UsageError
 from .. import config as grading_config
 from .. import feedback, scoring
 from ..grade import grading_yml_hash
+from ..text import composed
 from . import exports
 from . import roster as rosters
 from .store import Store, StoreError
@@ -442,11 +443,16 @@ def build_view(store, cohort, config, run_id=None, roster=None):
 def _apply_roster(view, roster, words):
     items = [*view.graded, *view.ungraded]
     joined = rosters.join(roster, {i.key: i.submitters for i in items})
+    outside = []
     for item in items:
         people = joined.people.get(item.key)
         if people:
+            merged, kept = _merged(people, item.submitters)
             stored = item.submitters[0].name if len(item.submitters) == 1 else ""
-            item.submitters = [_named(p, stored or rosters.stem(item.key)) for p in people]
+            item.submitters = [*(_named(p, stored or rosters.stem(item.key)) for p in merged), *kept]
+            outside += [f"{k.name or k.email or k.sid} ({item.key})" for k in kept]
+    if outside:
+        view.warnings.append(words["warning_member_not_in_roster"].format(names=_keys(outside)))
     for person in joined.missing:
         view.ungraded.append(Ungraded("", [person], "missing"))
     for key, keys in joined.ambiguous:
@@ -457,6 +463,31 @@ def _apply_roster(view, roster, words):
         for item in items:
             item.exported = item.exported and item.key not in joined.unmatched
         view.warnings.append(words["warning_not_in_roster"].format(keys=_keys(joined.unmatched)))
+
+
+def _merged(people, stored):
+    """(roster people, stored submitters kept) of one submission. A person the roster leaves
+    without an email or SID takes the stored one of the same student (same email, SID or name, or
+    the one stored submitter of a one-person row). A stored submitter with an email or SID that no roster
+    row names (a Gradescope group's member missing from the class list) is kept as exported, not
+    dropped with their grade."""
+    def same(person, submitter):
+        return bool((person.email and person.email.casefold() == submitter.email.casefold())
+                    or (person.sid and person.sid == submitter.sid)
+                    or (person.name and composed(person.name).casefold() == composed(submitter.name).casefold()))
+
+    merged, named = [], set()
+    for person in people:
+        match = next((s for s in stored if same(person, s)), None)
+        if match is None and len(people) == len(stored) == 1:
+            match = stored[0]
+        if match is not None:
+            named.add(id(match))
+            person = rosters.Person(person.name, person.email or match.email, person.sid or match.sid,
+                                    person.login, person.section)
+        merged.append(person)
+    kept = [rosters.Person(s.name, s.email, s.sid) for s in stored if id(s) not in named and (s.email or s.sid)]
+    return merged, kept
 
 
 def _named(person, fallback):
