@@ -23,6 +23,7 @@ from pathlib import Path
 from .. import yaml_reader
 from ..errors import UsageError
 from ..exercise import EXERCISE
+from ..worker.submission_errors import call_does_not_fit
 
 CATALOG_DIR = Path(__file__).resolve().parent  # the engine's catalogs
 _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds a line of the module, not of the cell
@@ -249,14 +250,8 @@ def _hint(outcome, hints):
     return next((hints[key] for key in keys if key in hints), None)
 
 
-# Python's own TypeError when a call does not fit the function's parameters (a renamed or missing
-# argument of the statement's signature), for forward or the constructor.
-_SIGNATURE_MISMATCH = re.compile(r"(forward|__init__)\(\) (got an unexpected keyword argument|got multiple values for "
-                                 r"argument|missing \d+ required|takes \d+ positional|takes from \d+ to \d+ positional)")
-
-
 def _call_does_not_fit(params):
-    return params.get("exc_type") == "TypeError" and bool(_SIGNATURE_MISMATCH.search(params.get("message") or ""))
+    return call_does_not_fit(params.get("exc_type"), params.get("message"))
 
 
 # Switches of a failing call said in words after it ("en modo entrenamiento"), and those not shown:

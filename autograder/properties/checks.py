@@ -7,7 +7,7 @@ import numpy as np
 
 from . import reference
 from .failures import PropertyFailure, as_array, call_at_fault, calling, diagnose_again, expect_close, require, second_opinion
-from ..worker.submission_errors import SubmissionError
+from ..worker.submission_errors import SubmissionError, call_does_not_fit
 
 ROW_SUM_ATOL = 1e-5
 
@@ -1526,6 +1526,8 @@ def _named_for_the_mask(failure, mask):
     from .harness import call_failure
 
     described = {"shape": list(mask.shape), "dtype": mask.dtype.name}
+    if isinstance(failure, SubmissionError) and call_does_not_fit(failure.exc_type, failure.message):
+        return failure  # `mask` is no argument of forward (renamed attn_mask, say): the signature's fault
     if isinstance(failure, SubmissionError):
         return call_failure(failure, "mask_raised_upstream", **described)
     if failure.code == "shape_mismatch":

@@ -5,6 +5,7 @@ These are outcomes of the submission, not errors of the grader (autograder/error
 suite turns them into a test's failure, timeout or error (outcomes.py) with the Spanish
 message `submission.<kind>` of the feedback catalogs.
 """
+import re
 from typing import NamedTuple
 
 
@@ -38,6 +39,19 @@ KINDS = {
     "import_timeout": Kind(timeout=True), "import_crash": Kind(), "import_memory": Kind(),
     "import_disk": Kind(), "import_processes": Kind(), "import_protocol": Kind(),
 }
+
+
+# Python's own TypeError when a call does not fit the function's parameters (a renamed or missing
+# argument of the statement's signature), for forward or the constructor.
+_SIGNATURE_MISMATCH = re.compile(r"(forward|__init__)\(\) (got an unexpected keyword argument|got multiple values for "
+                                 r"argument|missing \d+ required|takes \d+ positional|takes from \d+ to \d+ positional)")
+
+
+def call_does_not_fit(exc_type, message):
+    """Whether an exception is Python's for a call that does not fit forward's or __init__'s
+    parameters (`forward(..., attn_mask=None)` called with mask=...): the signature is at fault,
+    not what the property checks."""
+    return exc_type == "TypeError" and bool(_SIGNATURE_MISMATCH.search(message or ""))
 
 
 class SubmissionError(Exception):
