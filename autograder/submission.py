@@ -159,14 +159,14 @@ def _choose(names, read):
     else the only notebook.
     """
     paths = _visible(names)
-    exercise = next((str(p) for p in paths if p.name == EXERCISE.submission), None)
-    if exercise is None:
+    exercises = [p for p in paths if p.name == EXERCISE.submission]
+    if not exercises:
         defining = _defining(names, read)
         if defining is not None:
             return defining
         chosen = _pick(names)
         return chosen, _decode(read(chosen), chosen)
-    text = _decode(read(exercise), exercise)
+    exercise, text = _shallowest(exercises, read)
     if _unfinished(text) is not True:
         return exercise, text
     others = [name for name in _candidates(names, ".py") + _candidates(names, ".ipynb") if name != exercise]
@@ -180,6 +180,21 @@ def _choose(names, read):
             finished.append((name, other))
     # One finished file, or copies of one (a notebook and its "Copia de"): that code.
     return finished[0] if finished and len({code for _, code in finished}) == 1 else (exercise, text)
+
+
+def _shallowest(exercises, read):
+    """(name, text) of the shallowest exercise file. Several at that depth (`borrador/attention.py`
+    beside `final/attention.py`): the one whose classes are written when the others' are the stub's,
+    any one when all hold the same code, else SubmissionUnreadable: which one the student meant
+    cannot be told, and the first in alphabetical order is a guess."""
+    tied = [str(p) for p in exercises if len(p.parts) == len(exercises[0].parts)][:MAX_SCANNED]
+    texts = {name: _decode(read(name), name) for name in tied}
+    if len(set(texts.values())) == 1:
+        return tied[0], texts[tied[0]]
+    finished = [name for name in tied if _unfinished(texts[name]) is False]
+    if finished and len({texts[name] for name in finished}) == 1 and len(finished) < len(tied):
+        return finished[0], texts[finished[0]]
+    raise SubmissionUnreadable("several_files", files=tied[:20])
 
 
 MAX_SCANNED = 8  # other files read in search of the graded classes: at most 8 x 16 MiB
@@ -652,7 +667,11 @@ def _written_module(magic_line, used):
 # exec(open("m.py").read()).
 _IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)"
                        r"|from[ \t]+([\w.]+)[ \t]+import\b[ \t(]*([\w \t,]*))", re.MULTILINE)
-_RUN = re.compile(r"""(?:^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+|\bexec\(\s*open\(\s*)['"]?([^'"\s)]+)\.py\b""", re.MULTILINE)
+# A file name holds no parenthesis and is at most 255 bytes: bounded, the pattern reads each
+# position of a cell a bounded number of times (unbounded, `exec(open(` repeated over a 16 MB cell
+# took hours, before any limit of the worker applied).
+_RUN = re.compile(r"""(?:^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+|\bexec\(\s*open\(\s*)['"]?([^'"\s()]{1,255})\.py\b""",
+                  re.MULTILINE)
 
 
 def _modules_used(sources):
@@ -660,6 +679,8 @@ def _modules_used(sources):
     text: a cell that does not parse may still import)."""
     used = set()
     for source in sources:
+        if len(source) > MAX_CELL_CODE:  # dropped whole, unread (notebook_source)
+            continue
         for imports, origin, taken in _IMPORTED.findall(source):
             used.update(part.split()[0] for part in imports.split(",") if part.strip())
             if origin:  # `from modelos import atencion` may import the module modelos/atencion.py

@@ -182,32 +182,36 @@ def test_a_killed_slot_leaves_no_copy_of_the_code_it_graded(tmp_path, monkeypatc
 
 
 class Contended:
-    """An executor of two slots whose first grading of "slow.py" ran out of time (a classmate kept
-    the cores busy): what batch stores is the grading it makes again, alone."""
+    """An executor of two slots whose first grading of "slow.py" ended badly because of a classmate
+    (the cores kept busy: out of time; memory held beside it: killed by the kernel's OOM killer):
+    what batch stores is the grading it makes again, alone."""
     slots = 2
 
-    def __init__(self):
+    def __init__(self, status, code):
         self.runs = []
+        self.status, self.code = status, code
 
     def run(self, tasks):
         self.runs.append([task.key for task in tasks])
         alone = len(self.runs) > 1
         for task in tasks:
-            timed_out = task.key == "slow.py" and not alone
-            outcome = Outcome("SelfAttention", "shapes", "timeout" if timed_out else "passed",
-                              "submission.timeout" if timed_out else None)
+            disturbed = task.key == "slow.py" and not alone
+            outcome = Outcome("SelfAttention", "shapes", self.status if disturbed else "passed",
+                              self.code if disturbed else None)
             yield task, Result([outcome.as_dict()], peak_rss_mib=1.0, seconds=1.0)
 
     def close(self, cancel=False):
         pass
 
 
-def test_a_grading_that_ran_out_of_time_beside_others_is_graded_again_alone(tmp_path):
+@pytest.mark.parametrize("status, code", [("timeout", "submission.timeout"), ("error", "submission.crash"),
+                                          ("error", "submission.import_crash")])
+def test_a_grading_that_ran_out_of_time_beside_others_is_graded_again_alone(tmp_path, status, code):
     folder = tmp_path / "cohort"
     folder.mkdir()
     for name in ("ana.py", "slow.py", "luis.py"):
         (folder / name).write_text(SOLUTION, encoding="utf-8")
-    executor = Contended()
+    executor = Contended(status, code)
     store = Store(tmp_path / "store.sqlite")
     try:
         summary = batch.run_batch(folder, "c", store, CONFIG, lambda: executor)

@@ -206,6 +206,17 @@ def test_a_folder_with_too_many_entries_is_refused_fast(tmp_path, kind):
     assert refused_within(folder, mebibytes=4).code == "too_many_files"  # the names of up to MAX_ENTRIES files
 
 
+def test_a_notebook_of_cells_that_trip_the_run_pattern_is_read_in_linear_time():
+    """`exec(open(` repeated over a cell: the pattern that finds `exec(open("m.py").read())` read
+    the rest of the cell from every start, before any limit applied (a 16 MB notebook: about 39
+    hours in the grader; 12 cells just under the cell limit: minutes)."""
+    cell = "exec(open(" * ((submission.MAX_CELL_CODE - 1024) // 10)
+    notebook = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": cell}] * 12})
+    source = bounded(lambda: submission.notebook_source(notebook), mebibytes=256)
+    assert "exec(open(" in source  # the first cell, alone: the worker reports its syntax error
+
+
 def test_the_shallowest_attention_py_is_chosen(tmp_path):
     write(tmp_path / "a" / "attention.py", "x = 1\n")
     write(tmp_path / "attention.py", CODE)

@@ -267,6 +267,23 @@ def test_the_stub_yields_to_the_one_other_file_with_every_class_written(tmp_path
     assert submission.load(make_tree(tmp_path, {"attention.py": STUB_BODY, **others})).filename == graded
 
 
+@pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
+def test_two_exercise_files_at_one_depth_are_told_apart_or_refused(tmp_path, as_zip):
+    """`borrador/attention.py` beside `final/attention.py`: the first in alphabetical order was
+    graded, and the note called it the only file checked."""
+    def load(files, name):
+        return submission.load(make_zip(tmp_path / f"{name}.zip", files) if as_zip else make_tree(tmp_path / name, files))
+
+    other = SOLVED.replace("return x", "return x + 0", 1)
+    with pytest.raises(SubmissionUnreadable) as caught:
+        load({"borrador/attention.py": other, "final/attention.py": SOLVED}, "two")
+    assert caught.value.code == "several_files" and caught.value.params["files"] == ["borrador/attention.py",
+                                                                                    "final/attention.py"]
+    assert load({"a/attention.py": STUB_BODY, "b/attention.py": SOLVED}, "stub").filename == "b/attention.py"
+    assert load({"a/attention.py": SOLVED, "b/attention.py": SOLVED}, "copies").filename == "a/attention.py"
+    assert load({"attention.py": SOLVED, "viejo/attention.py": other}, "deeper").filename == "attention.py"
+
+
 def test_a_written_exercise_file_is_graded_whatever_stands_beside_it(tmp_path):
     files = {"attention.py": SOLVED, "cuaderno.ipynb": notebook_of(SOLVED.replace("x\n", "2 * x\n"))}
     assert submission.load(make_tree(tmp_path, files)).filename == "attention.py"

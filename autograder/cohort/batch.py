@@ -256,7 +256,7 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
 
             again = []
             for task, result in executor.run([task for _, _, task, _, _ in pending.values()]):
-                if executor.slots > 1 and _timed_out(result):
+                if executor.slots > 1 and _disturbed(result):
                     again.append(task)
                 else:
                     stored(task, result)
@@ -270,8 +270,15 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
         executor.close(cancel)
 
 
-def _timed_out(result):
-    return not isinstance(result, GraderFailure) and any(o["status"] == "timeout" for o in result.outcomes)
+# An end that a busy machine can cause, not the submission alone: out of time (a wall-clock
+# budget), or killed from outside (the kernel's out-of-memory killer takes a worker, the largest
+# process, when another submission beside it holds memory).
+DISTURBED = ("submission.crash", "submission.import_crash")
+
+
+def _disturbed(result):
+    return not isinstance(result, GraderFailure) and any(
+        o["status"] == "timeout" or o["code"] in DISTURBED for o in result.outcomes)
 
 
 def _store(pending_entry, task, result, run, store, summary):

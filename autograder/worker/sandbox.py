@@ -266,10 +266,24 @@ def interpreter_folders(python):
     return sorted({sys.prefix, sys.base_prefix, str(python.parent.parent), os.path.dirname(os.path.realpath(python))})
 
 
+def _first_for_the_oom_killer():
+    """Make the kernel's out-of-memory killer take this worker before any process without the
+    same mark (the grader, a batch's zygotes): memory the watch cannot see or reaches too late
+    (between two samples) must cost the submission that holds it, not the grader's results.json
+    or a classmate's slot. Any process may raise its own mark, none lower it without
+    CAP_SYS_RESOURCE; where /proc is read-only nothing changes."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as mark:
+            mark.write("1000")
+    except OSError:
+        pass
+
+
 def enter(limits, uid, root, isolate, keep=()):
     """In the worker's forked child, before it runs anything of the student's: resource limits,
     then (as root) namespaces when `isolate` (keeping the folders in `keep` in view), and the
     drop to the worker's uid for good."""
+    _first_for_the_oom_killer()
     mib = 1 << 20
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
