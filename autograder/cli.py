@@ -12,6 +12,7 @@ from pathlib import Path
 from . import config as grading_config
 from .errors import AutograderError, GraderBug, UsageError
 from .exercise import EXERCISE
+from .package import lock
 
 
 def cmd_grade(args):
@@ -21,6 +22,7 @@ def cmd_grade(args):
     if not os.path.lexists(args.submission):  # a mistyped path, not a student's empty upload
         raise UsageError(f"{args.submission}: no such file or folder")
     config = grading_config.load(args.config, args.lang)
+    lock.note_if_unlike_the_lock()
     graded = grade(args.submission, config, out_dir=args.out)
 
     print_summary(graded.scored, config.language)

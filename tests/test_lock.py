@@ -24,6 +24,19 @@ def test_the_lock_is_this_environment(locked):
     assert locked.python == sys.version_info[:2]
 
 
+def test_grading_in_an_environment_unlike_the_lock_says_so(monkeypatch, capsys):
+    """A CUDA torch 2.14.1 installed over the lock's made every correct file fail for memory at
+    import (530 MiB against 512), with no word about the environment."""
+    versions = {"torch": "2.14.1"}
+    real = lock.importlib.metadata.version
+    monkeypatch.setattr(lock.importlib.metadata, "version", lambda name: versions.get(name) or real(name))
+    lock.note_if_unlike_the_lock()
+    assert "torch 2.14.1 (lock: 2.13.0+cpu)" in capsys.readouterr().err
+    versions.clear()
+    lock.note_if_unlike_the_lock()
+    assert capsys.readouterr().err == ""
+
+
 def test_the_lock_pins_every_dependency_exactly(locked):
     text = lock.LOCK_PATH.read_text(encoding="utf-8")
     pins = [line for line in text.splitlines() if "==" in line]

@@ -49,6 +49,7 @@ from ..errors import UsageError
 from .. import config as grading_config
 from .. import feedback, submission
 from ..grade import close_to_workers, suite_version
+from ..package import lock
 from ..outcomes import Outcome
 from ..text import clean, clean_line, composed
 from . import gradescope_export
@@ -325,6 +326,7 @@ def report_summary(summary, console, language="en"):
 
 def cmd_batch(args):
     config = grading_config.load(args.config, args.lang)
+    lock.note_if_unlike_the_lock()
     console = Console(stderr=True)
     if args.scheduler:
         def factory():
