@@ -342,23 +342,37 @@ def _limit(name):
 
 def _zip_member(path):
     """(its member names, (name, source text) of the member that is to be graded) of the zip at path."""
-    with _open(path, path.name) as handle:
+    with _open(path, path.name) as handle, _bounded_zip(handle) as (archive, infos):
+        for info in infos:
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise SubmissionUnreadable("symlink", file=info.filename)
+        # keyed as _visible names them (./attention.py and src//attention.py are honest zips)
+        members = {str(PurePosixPath(info.filename)): info for info in infos if not info.is_dir()}
+        return list(members), _choose(members, lambda name: _zip_read(archive, members[name]))
+
+
+@contextlib.contextmanager
+def _bounded_zip(handle):
+    """(ZipFile, its members) of an open zip whose central directory is known small enough first
+    (MAX_ENTRIES members, MAX_ZIP_DIRECTORY bytes), or SubmissionUnreadable."""
+    with _zip_errors():
+        count, directory = _zip_directory(handle)
+        if count > MAX_ENTRIES or directory > MAX_ZIP_DIRECTORY:
+            raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
+        archive = zipfile.ZipFile(handle)
+    with archive:
         with _zip_errors():
-            count, directory = _zip_directory(handle)
-            if count > MAX_ENTRIES or directory > MAX_ZIP_DIRECTORY:
-                raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
-            archive = zipfile.ZipFile(handle)
-        with archive:
-            with _zip_errors():
-                infos = archive.infolist()
-            if len(infos) > MAX_ENTRIES:  # the count in the end record can lie; the directory size cannot
-                raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
-            for info in infos:
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise SubmissionUnreadable("symlink", file=info.filename)
-            # keyed as _visible names them (./attention.py and src//attention.py are honest zips)
-            members = {str(PurePosixPath(info.filename)): info for info in infos if not info.is_dir()}
-            return list(members), _choose(members, lambda name: _zip_read(archive, members[name]))
+            infos = archive.infolist()
+        if len(infos) > MAX_ENTRIES:  # the count in the end record can lie; the directory size cannot
+            raise SubmissionUnreadable("too_many_files", limit=MAX_ENTRIES)
+        yield archive, infos
+
+
+def zip_names(path):
+    """The member names of the zip at path, read within the loader's bounds; SubmissionUnreadable
+    for any zip the loader would refuse."""
+    with _open(path, path.name) as handle, _bounded_zip(handle) as (_, infos):
+        return [info.filename for info in infos]
 
 
 @contextlib.contextmanager

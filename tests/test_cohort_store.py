@@ -165,6 +165,40 @@ def test_a_plain_folder_has_one_entry_per_student(tmp_path):
             ("ana", "ana"), ("luis.py", "luis"), ("marta.ipynb", "marta"), ("pablo.zip", "pablo")]
 
 
+def test_what_a_plain_folder_passes_over_or_holds_by_mistake_is_named(tmp_path):
+    """A notes.txt or a Windows `ana.py.txt` was dropped without a word; the folder holding an
+    unpacked export and its zip, given instead of the export, was two students at full marks."""
+    cohort = tmp_path / "cohort"
+    write_export(cohort / "assignment_7_export", METADATA)
+    with zipfile.ZipFile(cohort / "export.zip", "w") as handle:
+        handle.writestr("assignment_7_export/submission_metadata.yml", "{}")
+    (cohort / "ana.py.txt").write_text("x = 1\n")
+    (cohort / "luis.py").write_text("x = 1\n")
+    (cohort / "marta").mkdir()
+    (cohort / "marta" / "submission_metadata.yml").write_text("{}")  # a student's own file of that name
+    notes = []
+    with batch.entries(cohort, notes) as found:
+        assert [e.key for e in found] == ["assignment_7_export", "export.zip", "luis.py", "marta"]
+    assert notes == [("ana.py.txt", "not_a_submission"), ("assignment_7_export", "holds_export"),
+                     ("export.zip", "holds_export"), ("marta", "holds_export")]
+
+
+def test_an_export_whose_folders_and_metadata_disagree_says_so_and_grades_every_folder(tmp_path):
+    """submission_105/ missing from the metadata was never graded; submission_104 named without a
+    folder dropped Carla without a word."""
+    root = tmp_path / "export"
+    write_export(root, METADATA)
+    (root / "submission_105").mkdir()
+    (root / "submission_105" / "attention.py").write_text("x = 1\n")
+    metadata = {**METADATA, "submission_104": {":submitters": [{":name": "Carla", ":email": "c@example.edu"}]}}
+    (root / "submission_metadata.yml").write_text(yaml.safe_dump(metadata), encoding="utf-8")
+    notes = []
+    with batch.entries(root, notes) as found:
+        assert [(e.key, len(e.submitters)) for e in found] == [("submission_101", 2), ("submission_105", 0),
+                                                               ("submission_202", 1)]
+    assert notes == [("submission_104 (Carla)", "no_folder"), ("submission_105", "not_in_metadata")]
+
+
 def test_unreadable_archive_is_a_batch_error(tmp_path):
     bad = tmp_path / "cohort.zip"
     bad.write_bytes(b"not a zip")

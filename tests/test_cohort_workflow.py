@@ -193,6 +193,17 @@ def test_only_grades_the_named_entries_and_keeps_the_rest(store, tmp_path):
         run_batch(folder, store, Instant(), only=["nobody"])
 
 
+def test_the_summary_names_what_the_folder_held_besides_submissions(store, tmp_path):
+    folder = write_folder(tmp_path / "cohort", ["ana.py"])
+    (folder / "notas.txt").write_text("x", encoding="utf-8")
+    summary = run_batch(folder, store, Instant())
+    for language, line in (("es", "notas.txt: no es una entrega (ni carpeta, ni .py, .ipynb o .zip): no se corrigió"),
+                           ("en", "notas.txt: not a submission (no folder, .py, .ipynb or .zip): not graded")):
+        console = Console(file=io.StringIO(), record=True, width=300)
+        batch.report_summary(summary, console, language)
+        assert line in console.export_text()
+
+
 def test_a_name_spelled_decomposed_on_a_mac_is_the_same_student(store, tmp_path):
     """`jose\u0301.py` (NFD, as macOS writes it) in a late folder became a second student beside
     `jos\u00e9.py` (NFC): two rows, the first one's old grade exported too."""

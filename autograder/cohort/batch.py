@@ -83,15 +83,24 @@ class Summary:
     seconds: float = 0.0
     interrupted: bool = False
     unreadable_entries: list = field(default_factory=list)  # (key, name, first outcome) of every unreadable one
+    notes: list = field(default_factory=list)  # (name, reason): passed over, or not as an export should be
     superseded: list = field(default_factory=list)  # (key, run, source): other content from another folder was shown
 
 
-def folder_entries(folder):
-    """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`."""
-    entries = []
+def folder_entries(folder, notes=None):
+    """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`. `notes`,
+    if given, gets (name, reason) of the other files ("not_a_submission": a notes.txt, a Windows
+    `ana.py.txt`) and of entries that hold a Gradescope export ("holds_export": the parent folder of
+    an unpacked export and its zip, given instead of the export)."""
+    entries, notes = [], [] if notes is None else notes
     for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith((".", "__MACOSX")) or not (path.is_dir() or path.suffix.lower() in SUFFIXES):
+        if path.name.startswith((".", "__MACOSX")):
             continue
+        if not (path.is_dir() or path.suffix.lower() in SUFFIXES):
+            notes.append((clean_line(path.name), "not_a_submission"))
+            continue
+        if gradescope_export.holds_export(path):
+            notes.append((clean_line(path.name), "holds_export"))
         entries.append(Entry(path.name, path, (Submitter(name=clean_line(path.stem)),)))
     return entries
 
@@ -126,8 +135,10 @@ def clean_keys(found):
 
 
 @contextlib.contextmanager
-def entries(path):
-    """The cohort's entries, from a Gradescope export (zip or folder) or a plain folder."""
+def entries(path, notes=None):
+    """The cohort's entries, from a Gradescope export (zip or folder) or a plain folder; `notes`, if
+    given, gets (name, reason) of what was passed over or looks wrong (folder_entries,
+    gradescope_export.read)."""
     path = Path(path)
     if path.is_dir() and gradescope_export.find_metadata(path) is None:
         renamed = gradescope_export.renamed_export(path)
@@ -135,12 +146,12 @@ def entries(path):
             raise BatchError(f"{path} holds only {renamed.name}/, which looks like a Gradescope export under another "
                              f"name ({gradescope_export.METADATA} beside submission_N folders): give that folder "
                              f"to batch, or rename it assignment_N_export")
-        yield clean_keys(folder_entries(path))
+        yield clean_keys(folder_entries(path, notes))
         return
     if not path.exists():
         raise BatchError(f"{path} does not exist")
     try:
-        with gradescope_export.Export(path) as exported:
+        with gradescope_export.Export(path, notes) as exported:
             yield clean_keys([Entry(e.key, e.path, e.submitters) for e in exported])
     except gradescope_export.ExportError as exc:
         raise BatchError(f"{exc} (give a folder of submissions, or a Gradescope export)") from None
@@ -196,7 +207,8 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
     close_to_workers([path])  # as root: no worker may read its classmates' submissions
     version, suite_hash = suite_version(config)
     started = time.monotonic()
-    with entries(path) as found, store.batch_lock() as holding:
+    notes = []
+    with entries(path, notes) as found, store.batch_lock() as holding:
         if not found:
             raise BatchError(f"no submissions found in {path}")
         if only:
@@ -206,7 +218,7 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
                                        scope)
         holding(run)
         store.set_expected(run.id, len(found))
-        summary = Summary(run_id=run.id, resumed=resumed)
+        summary = Summary(run_id=run.id, resumed=resumed, notes=notes)
         done = store.done(run.id)
         pending = {}
         for entry in found:
@@ -316,6 +328,9 @@ def report_summary(summary, console, language="en"):
         console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
     for key, message in [*summary.failures, *summary.grader_errors]:
         console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))
+    for name, reason in summary.notes:
+        console.print(Text("  " + words[f"batch_note_{reason}"].format(name=name, metadata=gradescope_export.METADATA),
+                           style="yellow"))
     for key, run, source in summary.superseded:
         console.print(Text("  " + words["batch_superseded"].format(key=key, run=run, source=source), style="yellow"))
     if summary.interrupted:

@@ -25,15 +25,17 @@ submissions.
 """
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
-from .. import yaml_reader
+from .. import submission, yaml_reader
 from ..errors import UsageError
 from .store import Submitter
 
@@ -93,6 +95,29 @@ def renamed_export(root):
     return inner if any(SUBMISSION_KEY.fullmatch(child.name) and child.is_dir() for child in inner.iterdir()) else None
 
 
+def holds_export(path):
+    """Whether a plain folder's entry (a student's, by its place) is or holds an export: a folder
+    with the metadata at its top or in an assignment_N_export/ among its first entries, a .zip with
+    it there (read within the loader's bounds). Graded as one student all the same (a student's
+    folder may hold a file of that name), but batch says so: the TA who gives the folder holding an
+    export and its zip got two "students" at full marks."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        if (path / METADATA).is_file():
+            return True
+        with os.scandir(path) as children:
+            return any(EXPORT_FOLDER.fullmatch(child.name) and child.is_dir(follow_symlinks=False)
+                       and (Path(child.path) / METADATA).is_file() for child in itertools.islice(children, 1000))
+    if path.suffix.lower() != ".zip":
+        return False
+    try:
+        names = submission.zip_names(path)
+    except submission.SubmissionUnreadable:
+        return False
+    return any(PurePosixPath(name).name == METADATA and len(PurePosixPath(name).parts) <= 2 for name in names)
+
+
 def unpack(archive, into):
     """Extract a zipped export into `into` (zipfile drops absolute paths and '..' parts)."""
     try:
@@ -128,8 +153,10 @@ def _folder(root, key):
     return path
 
 
-def read(metadata_path):
-    """The export's submissions, in folder order, each with its submitters."""
+def read(metadata_path, notes=None):
+    """The export's submissions, in folder order, each with its submitters. `notes`, if given, gets
+    (name, reason) of what does not match: a submission_N folder the metadata does not name
+    ("not_in_metadata": graded, with no submitters) and a key whose folder is missing ("no_folder")."""
     metadata_path = Path(metadata_path)
     try:
         if metadata_path.stat().st_size > MAX_METADATA_BYTES:
@@ -139,27 +166,36 @@ def read(metadata_path):
         raise ExportError(f"cannot read {metadata_path}: {exc}") from None
     if not isinstance(data, dict):
         raise ExportError(f"{metadata_path}: expected a mapping of submission folders")
-    found = []
+    found, notes = [], [] if notes is None else notes
     for folder, entry in sorted(data.items(), key=lambda item: str(item[0])):
         if not isinstance(folder, str):
             raise ExportError(f"{METADATA} has a key that is not a folder name: {str(folder)[:80]!r}")
         path = _folder(metadata_path.parent, folder)
-        if not path.is_dir() or not isinstance(entry, dict):
-            continue
-        people = entry.get(":submitters", entry.get("submitters"))
+        people = entry.get(":submitters", entry.get("submitters")) if isinstance(entry, dict) else None
         submitters = tuple(
             Submitter(_field(p, "name"), _field(p, "email"), _field(p, "sid"))
             for p in (people if isinstance(people, list) else []) if isinstance(p, dict)
         )
+        if not path.is_dir():
+            who = ", ".join(s.name or s.email or s.sid for s in submitters)
+            notes.append((f"{folder} ({who})" if who else folder, "no_folder"))
+            continue
         found.append(ExportedSubmission(str(folder), path, submitters))
-    return found
+    named = {submission.key for submission in found}
+    for path in sorted(metadata_path.parent.iterdir()):
+        if SUBMISSION_KEY.fullmatch(path.name) and path.is_dir() and not path.is_symlink() and path.name not in named \
+                and path.name not in data:
+            notes.append((path.name, "not_in_metadata"))
+            found.append(ExportedSubmission(path.name, path, ()))
+    return sorted(found, key=lambda submission: submission.key)
 
 
 class Export:
     """Context manager: the submissions of an export given as a folder or a .zip."""
 
-    def __init__(self, path):
+    def __init__(self, path, notes=None):
         self.path = Path(path)
+        self.notes = notes
         self._tmp = None
 
     def __enter__(self):
@@ -170,7 +206,7 @@ class Export:
         metadata = find_metadata(root)
         if metadata is None:
             raise ExportError(f"{self.path} has no {METADATA}")
-        return read(metadata)
+        return read(metadata, self.notes)
 
     def __exit__(self, *exc):
         if self._tmp is not None:
