@@ -512,6 +512,34 @@ def test_a_cohort_name_or_column_title_that_cannot_work_is_refused_before_anythi
     assert not (tmp_path / "store.sqlite").exists() and not (tmp_path / "out").exists()
 
 
+def test_roster_names_in_two_columns_duplicated_rows_and_a_run_alone(store, tmp_path):
+    """`Nombre` + `Apellido(s)` (Moodle's export) kept the first name only; a row pasted twice was a
+    group of two; `report --run N --roster` called everyone outside run N "no submission"."""
+    path = tmp_path / "roster.csv"
+    path.write_text("Clave;Nombre;Apellido(s);Correo\nana;Ana;Pérez Gil;ana@x.edu\nana;Ana;Pérez Gil;ana@x.edu\n"
+                    "luis;Luis;Soto;luis@x.edu\n", encoding="utf-8")
+    rows = roster.read(path).rows
+    assert rows == (("ana", roster.Person("Ana Pérez Gil", "ana@x.edu")), ("luis", roster.Person("Luis Soto", "luis@x.edu")))
+    record(store, [("ana.py", [Submitter("ana")], outcomes())])
+    record(store, [("luis.py", [Submitter("luis")], outcomes(SCALE))])
+    view = report.build_view(store, "c", ENGLISH, run_id=2, roster=roster.read(path))
+    assert [(i.key, i.status) for i in view.items] == [("luis.py", "graded")]
+    assert any("1 roster student(s) have no submission in run 2" in w for w in view.warnings)
+    whole = report.build_view(store, "c", ENGLISH, roster=roster.read(path))
+    assert sorted((i.key, i.display_name) for i in whole.items) == [("ana.py", "Ana Pérez Gil"), ("luis.py", "Luis Soto")]
+
+
+def test_a_roster_without_keys_for_a_plain_folder_is_refused(store, tmp_path, capsys):
+    """Without a key column, rows match by email or SID, which a plain folder's submissions lack:
+    every student who submitted was reported as "no submission" and Missing in gradescope.csv."""
+    record(store, [("ana.py", [Submitter("ana")], outcomes())])
+    path = tmp_path / "roster.csv"
+    path.write_text("name,email\nAna,ana@x.edu\n", encoding="utf-8")
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                 "--roster", str(path)]) == 2
+    assert "no 'key' column, and this cohort's submissions carry no email or SID" in capsys.readouterr().err
+
+
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     latin = tmp_path / "latin1.csv"

@@ -453,8 +453,11 @@ def _apply_roster(view, roster, words):
             outside += [f"{k.name or k.email or k.sid} ({item.key})" for k in kept]
     if outside:
         view.warnings.append(words["warning_member_not_in_roster"].format(names=_keys(outside)))
-    for person in joined.missing:
-        view.ungraded.append(Ungraded("", [person], "missing"))
+    if view.run is None:
+        for person in joined.missing:
+            view.ungraded.append(Ungraded("", [person], "missing"))
+    elif joined.missing:  # one run holds some submissions: the rest of the class did hand theirs in, maybe
+        view.warnings.append(words["warning_not_in_run"].format(count=len(joined.missing), run=view.run.id))
     for key, keys in joined.ambiguous:
         view.warnings.append(words["warning_roster_ambiguous"].format(key=key, keys=_keys(keys)))
     if joined.unmatched:

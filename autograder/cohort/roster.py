@@ -36,7 +36,10 @@ from ..text import clean, composed
 SUFFIXES = (".py", ".zip", ".ipynb")  # what a submission may be, beside a folder (batch reads these)
 ALIASES = {
     "key": ("key", "submission", "file", "folder", "clave", "entrega", "archivo", "carpeta"),
-    "name": ("name", "full name", "student", "nombre", "nombre completo", "estudiante"),
+    "name": ("name", "full name", "student", "nombre", "nombre completo", "estudiante", "first name", "given name",
+             "nombres", "nombre(s)", "sortable name", "last name, first name", "apellido, nombre",
+             "apellidos, nombre", "apellidos y nombres"),
+    "surname": ("surname", "last name", "family name", "apellido", "apellidos", "apellido(s)"),  # joined after name
     "sid": ("sid", "student id", "sis user id", "id number", "idnumber", "matricula", "legajo", "rut", "dni"),
     "email": ("email", "e-mail", "mail", "email address", "correo", "correo electronico"),
     "login": ("login", "username", "user", "sis login id", "usuario"),
@@ -102,10 +105,11 @@ def read(path):
         values = {f: clean(line[i]).strip() if i < len(line) else "" for f, i in columns.items()}
         if not any(values.values()):
             continue
-        person = Person(values.get("name", ""), values.get("email", ""), values.get("sid", ""),
-                        values.get("login", ""), values.get("section", ""))
+        name = " ".join(part for part in (values.get("name", ""), values.get("surname", "")) if part)
+        person = Person(name, values.get("email", ""), values.get("sid", ""), values.get("login", ""),
+                        values.get("section", ""))
         rows.append((values.get("key", ""), person))
-    return Roster(tuple(rows), str(path))
+    return Roster(tuple(dict.fromkeys(rows)), str(path))  # a row pasted twice is one student
 
 
 def stem(key):
@@ -137,6 +141,9 @@ def join(roster, submissions):
                 by_email.setdefault(person.email.casefold(), []).append(key)
             if person.sid:
                 by_sid.setdefault(person.sid, []).append(key)
+    if not any(key for key, _ in roster.rows) and not by_email and not by_sid:
+        raise RosterError(f"{roster.path or 'the roster'}: no 'key' column, and this cohort's submissions carry no email or SID "
+                          "(a plain folder: they are known by file name): add a 'key' column with each file's name")
     joined = Joined({}, [], [], [])
     for key, person in roster.rows:
         if key:  # as written first: `luis` and `LUIS` are two students when both submitted
