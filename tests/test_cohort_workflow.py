@@ -191,6 +191,9 @@ def test_only_grades_the_named_entries_and_keeps_the_rest(store, tmp_path):
     assert forced.keys == ["c.py"]
     with pytest.raises(batch.BatchError, match="nobody"):
         run_batch(folder, store, Instant(), only=["nobody"])
+    cased = Instant()
+    run_batch(folder, store, cased, regrade=True, only=["A", "B.PY"])  # in any case, as a roster matches
+    assert cased.keys == ["a.py", "b.py"]
 
 
 def test_the_summary_names_what_the_folder_held_besides_submissions(store, tmp_path):

@@ -171,18 +171,20 @@ def _load(entry, config):
 
 
 def select(found, only):
-    """The entries named by --only: each KEY is an entry's key, or its name without the suffix when
-    that names one entry alone. An unknown or ambiguous KEY is a BatchError listing what there is."""
+    """The entries named by --only: each KEY is an entry's key, or its name without the suffix, as
+    written or else in any case, when that names one entry alone. An unknown or ambiguous KEY is a
+    BatchError listing what there is."""
     by_key = {e.key: e for e in found}
-    by_stem = {}
+    by_stem, by_folded = {}, {}
     for entry in found:
         by_stem.setdefault(stem(entry.key), []).append(entry)
+        for name in {entry.key.casefold(), stem(entry.key).casefold()}:
+            by_folded.setdefault(name, []).append(entry)
     chosen, unknown = {}, []
     for key in map(composed, only):
-        if key in by_key:
-            chosen[key] = by_key[key]
-        elif len(by_stem.get(key, ())) == 1:
-            chosen[by_stem[key][0].key] = by_stem[key][0]
+        matches = ([by_key[key]] if key in by_key else by_stem.get(key) or by_folded.get(key.casefold(), []))
+        if len(matches) == 1:  # as written first, then in any case (`ANA` for ana.py), as a roster matches
+            chosen[matches[0].key] = matches[0]
         else:
             unknown.append(key)
     if unknown:
@@ -260,7 +262,8 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     cancel = True
     try:
         with _progress(console) as progress:
-            bar = progress.add_task(f"grading ({executor.slots} slots)", total=len(pending), rate="")
+            slots = f"{executor.slots} slot{'s' if executor.slots != 1 else ''}"
+            bar = progress.add_task(f"grading ({slots})", total=len(pending), rate="")
 
             def stored(task, result):
                 _store(pending[task.key], task, result, run, store, summary)
