@@ -457,6 +457,22 @@ def test_a_group_member_the_roster_lacks_keeps_their_row_and_an_empty_roster_cel
         ("Marta Díaz", "marta@x.edu", "11"), ("pedro gil", "pedro@x.edu", "13")]
 
 
+def test_a_resubmission_in_a_later_export_replaces_the_earlier_submission(store):
+    """Gradescope gives a resubmission a new submission_N: after a re-downloaded export, Luis had two
+    rows in every file (0 and 48). A group whose member did not resubmit keeps its row."""
+    luis, marta, pedro = (Submitter(n, f"{n.lower()}@x.edu", "") for n in ("Luis", "Marta", "Pedro"))
+    record(store, [("submission_102", [luis], outcomes(SDPA)), ("submission_103", [marta, pedro], outcomes()),
+                   ("plain.py", [Submitter("plain")], outcomes())])
+    record(store, [("submission_202", [luis], outcomes()), ("submission_203", [marta], outcomes(SCALE))])
+    view = report.build_view(store, "c", ENGLISH)
+    assert sorted(i.key for i in view.items) == ["plain.py", "submission_103", "submission_202", "submission_203"]
+    [warning] = [w for w in view.warnings if "later export replaced" in w]
+    assert "submission_102 (Luis, run 1)" in warning and "submission_103" not in warning
+    assert sorted(r.key for r in store.cohort_results("c", up_to=1)) == ["plain.py", "submission_102", "submission_103"]
+    label, results = diff.side(store, "c")
+    assert "submission_102" not in {r.key for r in results}
+
+
 def test_keys_that_differ_in_case_are_two_students_and_a_row_matching_both_exports_nothing():
     """`luis.py` and `LUIS.py` once gave each of the two roster rows both submissions: two rows each,
     with different scores, in every LMS export."""

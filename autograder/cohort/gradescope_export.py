@@ -37,14 +37,13 @@ import yaml
 
 from .. import submission, yaml_reader
 from ..errors import UsageError
-from .store import Submitter
+from .store import SUBMISSION_KEY, Submitter
 
 METADATA = "submission_metadata.yml"
 # Gradescope's metadata holds a few lines per submission: 16 MiB is hundreds of thousands of them.
 MAX_METADATA_BYTES = 16 * 2**20
 # Names Gradescope gives: the folder a zipped export unpacks to, and each submission's folder.
 EXPORT_FOLDER = re.compile(r"assignment_[0-9]+_export")
-SUBMISSION_KEY = re.compile(r"submission_[0-9]+")
 
 
 class ExportError(UsageError):

@@ -401,9 +401,10 @@ def build_view(store, cohort, config, run_id=None, roster=None):
     if not runs:
         raise StoreError(f"cohort {cohort!r} has no runs yet")
     counts = store.result_counts(cohort)
+    replaced = []
     if run_id is None:
         run = None
-        results = store.cohort_results(cohort)
+        results = store.cohort_results(cohort, replaced=replaced)
         latest = {r.key: r.run_id for r in results}
         failures = [f for f in store.failures(cohort) if latest.get(f.key, 0) < f.run_id]
         shown = [r for r in runs if not r.finished and not _superseded(r, runs)]
@@ -426,6 +427,9 @@ def build_view(store, cohort, config, run_id=None, roster=None):
                          "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
                                              count=counts.get(r.id, 0), expected=r.expected))
+    if replaced:
+        view.warnings.append(words["warning_replaced_export"].format(keys=_keys(
+            f"{r.key} ({', '.join(s.name or s.email or s.sid for s in r.submitters)}, run {r.run_id})" for r in replaced)))
     stale = {}
     for failure in failures:
         if failure.key in latest:

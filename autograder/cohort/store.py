@@ -38,6 +38,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import stat
 from dataclasses import dataclass
@@ -142,6 +143,35 @@ class Failure:
     submitters: list
     message: str
     run_id: int
+
+
+# Gradescope's name of an exported submission's folder (and so its key).
+SUBMISSION_KEY = re.compile(r"submission_[0-9]+")
+
+
+def replaced_by_later_exports(results, replaced=None):
+    """`results` without the Gradescope submissions that a later run's replaced. Gradescope names
+    every submission anew (submission_N), so a student's resubmission in a re-downloaded export is
+    another key, and the earlier one stayed in every file beside it with its older score. A
+    submission is replaced when each of its students (by email, else SID) has a submission_N from a
+    later run; a group member who did not resubmit keeps it. `replaced`, if given, gets them."""
+    def students(result):
+        return {("email", s.email.casefold()) if s.email else ("sid", s.sid) for s in result.submitters
+                if s.email or s.sid} if SUBMISSION_KEY.fullmatch(result.key) else set()
+
+    latest = {}
+    for result in results:
+        for student in students(result):
+            latest[student] = max(latest.get(student, 0), result.run_id)
+    kept = []
+    for result in results:
+        who = students(result)
+        if who and all(latest[student] > result.run_id for student in who):
+            if replaced is not None:
+                replaced.append(result)
+        else:
+            kept.append(result)
+    return kept
 
 
 def cohort_name(text):
@@ -421,11 +451,15 @@ class Store:
             " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
             " WHERE r.run_id = ? ORDER BY s.key", (run.id,)).fetchall())
 
-    def cohort_results(self, cohort, up_to=None):
+    def cohort_results(self, cohort, up_to=None, replaced=None):
         """The cohort view: each submission's StoredResult from the latest run that has one (finished or
         not: each result is a whole grading), sorted by key; `up_to` leaves out runs after that id. A
-        StoredResult's run_id says which run it comes from."""
+        StoredResult's run_id says which run it comes from. A Gradescope submission that a later
+        export replaced is left out (replaced_by_later_exports), and added to `replaced` if given."""
         limit = up_to if up_to is not None else -1
+        return replaced_by_later_exports(self._cohort_results(cohort, limit), replaced)
+
+    def _cohort_results(self, cohort, limit):
         return self._results(self.db.execute(
             f"SELECT {self._RESULT_COLUMNS} FROM run_results r"
             " JOIN submissions s ON s.id = r.submission_id JOIN gradings g ON g.id = r.grading_id"
