@@ -212,7 +212,8 @@ def everywhere(code, params, status="error"):
      "So no test could run: fix it and submit again."),
 ])
 def test_a_syntax_error_is_said_once_at_the_top_and_each_test_points_there(language, headline, short, whole):
-    outcomes = everywhere("submission.syntax_error", {"line": 7, "message": "invalid syntax"})
+    # Python's own suffix names the worker's copy, attention.py, whatever the student's file is called
+    outcomes = everywhere("submission.syntax_error", {"line": 7, "message": "invalid syntax (attention.py, line 7)"})
     overview = feedback.overview(outcomes, language)
     assert overview == f"{headline}\n{whole}"
     tests = scored_tests(outcomes, language=language)

@@ -437,6 +437,8 @@ def _template(outcome, failures):
         if template:
             return _fitted(_in_function(template, params, failures), params), params
     params, code = {"cls": outcome.cls, **outcome.params}, outcome.code
+    if (code or "").startswith("submission.syntax_error") and isinstance(params.get("message"), str):
+        params["message"] = _MODULE_LINE.sub("", params["message"])  # the worker's file name: the student's is another
     missing = _NO_MODULE.search(params["message"]) if isinstance(params.get("message"), str) else None
     if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
         code, params["module"] = "submission.missing_module", missing.group(1)
