@@ -559,6 +559,19 @@ def test_a_roster_without_keys_for_a_plain_folder_is_refused(store, tmp_path, ca
     assert "no 'key' column, and this cohort's submissions carry no email or SID" in capsys.readouterr().err
 
 
+def test_a_report_with_settings_that_decide_outcomes_changed_says_it_ran_nothing_again(store, tmp_path):
+    """A grading.yml with another seed rescored points only, and said nothing: a TA may believe
+    everyone was graded on new examples."""
+    record(store, [("ana.py", [Submitter("ana")], outcomes())])
+    assert report.build_view(store, "c", ENGLISH).warnings == []
+    reseeded = tmp_path / "grading.yml"
+    reseeded.write_text(CONFIG.source.replace(f"seed: {CONFIG.seed}", f"seed: {CONFIG.seed + 1}", 1), encoding="utf-8")
+    other = grading_config.load(reseeded, "en")
+    assert other.seed == CONFIG.seed + 1
+    [warning] = report.build_view(store, "c", other).warnings
+    assert warning.startswith("1 row(s) (runs 1) were graded with another grader version or other grading.yml settings")
+
+
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     latin = tmp_path / "latin1.csv"

@@ -45,7 +45,7 @@ from pathlib import Path
 from ..errors import UsageError
 from .. import config as grading_config
 from .. import feedback, scoring
-from ..grade import grading_yml_hash
+from ..grade import grading_yml_hash, suite_version
 from ..text import composed
 from . import exports
 from . import roster as rosters
@@ -427,6 +427,11 @@ def build_view(store, cohort, config, run_id=None, roster=None):
                          "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
                                              count=counts.get(r.id, 0), expected=r.expected))
+    drawn_otherwise = {r.id for r in runs if r.suite_hash != suite_version(config)[1]}
+    stale_rows = [g for g in graded if g.run_id in drawn_otherwise]
+    if stale_rows:
+        view.warnings.append(words["warning_other_settings"].format(count=len(stale_rows), runs=", ".join(
+            map(str, sorted({g.run_id for g in stale_rows})))))
     if replaced:
         view.warnings.append(words["warning_replaced_export"].format(keys=_keys(
             f"{r.key} ({', '.join(s.name or s.email or s.sid for s in r.submitters)}, run {r.run_id})" for r in replaced)))
