@@ -84,6 +84,7 @@ def test_an_interrupted_run_is_warned_about_and_its_rerun_completes_the_view(sto
     assert [g.key for g in view.graded] == ["a.py"]
     [warning] = view.warnings
     assert "La corrida 1" in warning and "1 de 3" in warning and "no terminó" in warning
+    assert warning.endswith(f"el mismo comando: python -m autograder batch {folder.resolve()} --cohort c --db {store.path}")
     assert warning in (tmp_path / "early" / "index.html").read_text(encoding="utf-8")
     assert main(["report", "--cohort", "c", "--out", str(tmp_path / "cli"), "--db", str(store.path)]) == 0
     assert "no terminó" in capsys.readouterr().err  # on screen too

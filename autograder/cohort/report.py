@@ -36,6 +36,7 @@ import csv
 import hashlib
 import os
 import re
+import shlex
 import statistics
 import sys
 from collections import Counter
@@ -49,7 +50,7 @@ from ..grade import grading_yml_hash, suite_version
 from ..text import composed
 from . import exports
 from . import roster as rosters
-from .store import Store, StoreError
+from .store import DEFAULT_PATH, Store, StoreError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP_FAILURES = 10
@@ -389,6 +390,14 @@ def _superseded(run, runs):
                for later in runs)
 
 
+def _command(run, db):
+    """The batch command that resumes `run`: its folder, cohort, --regrade, --only keys and store."""
+    words = ["python -m autograder batch", shlex.quote(run.source), "--cohort", shlex.quote(run.cohort),
+             *(["--regrade"] if run.regrade else []), *(f"--only {shlex.quote(key)}" for key in run.scope or ()),
+             *([] if Path(db) == DEFAULT_PATH else ["--db", shlex.quote(str(db))])]
+    return " ".join(words)
+
+
 def _keys(keys):
     keys = list(keys)
     return ", ".join(keys[:15]) + (f" ... (+{len(keys) - 15})" if len(keys) > 15 else "")
@@ -426,7 +435,7 @@ def build_view(store, cohort, config, run_id=None, roster=None):
         template = words["warning_in_progress" if in_progress else
                          "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
-                                             count=counts.get(r.id, 0), expected=r.expected))
+                                             count=counts.get(r.id, 0), expected=r.expected, command=_command(r, store.path)))
     drawn_otherwise = {r.id for r in runs if r.suite_hash != suite_version(config)[1]}
     stale_rows = [g for g in graded if g.run_id in drawn_otherwise]
     if stale_rows:
