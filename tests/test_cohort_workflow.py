@@ -96,6 +96,14 @@ def test_an_interrupted_run_is_warned_about_and_its_rerun_completes_the_view(sto
     assert "no terminó" not in (tmp_path / "done" / "index.html").read_text(encoding="utf-8")
 
 
+def test_a_ctrl_c_while_the_slots_start_is_an_interruption_with_its_summary(store, tmp_path):
+    """Ctrl-C in the first seconds, while the slots import torch, printed a bare "interrupted"."""
+    def starting():
+        raise KeyboardInterrupt
+    summary = batch.run_batch(write_folder(tmp_path / "cohort", ["a.py"]), "c", store, CONFIG, starting, False, QUIET)
+    assert summary.interrupted and summary.graded == 0 and not store.runs("c")[0].finished
+
+
 def test_an_interrupted_regrade_keeps_everyone_in_the_view_with_the_run_of_each_row(store, tmp_path):
     folder = write_folder(tmp_path / "cohort", ["a.py", "b.py", "c.py"])
     run_batch(folder, store, Instant())

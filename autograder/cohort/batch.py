@@ -257,10 +257,10 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     grading is stored: a submission that keeps the machine's cores busy (processes of its own, in
     its time budget) must not make a classmate's grading beside it run out of time (a wall-clock
     budget; measured: a correct file at 0/48 beside 58 busy loops, 48/48 alone)."""
-    executor = executor_factory()
     began = time.monotonic()
-    cancel = True
+    cancel, executor = True, None
     try:
+        executor = executor_factory()  # its slots start here: a Ctrl-C meanwhile is an interruption too
         with _progress(console) as progress:
             slots = f"{executor.slots} slot{'s' if executor.slots != 1 else ''}"
             bar = progress.add_task(f"grading ({slots})", total=len(pending), rate="")
@@ -283,7 +283,8 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
-        executor.close(cancel)
+        if executor is not None:
+            executor.close(cancel)
 
 
 # An end that a busy machine can cause, not the submission alone: out of time (a wall-clock
