@@ -243,11 +243,11 @@ def test_the_student_page_shows_the_problem_at_the_top(tmp_path):
     finally:
         store.close()
     page = (tmp_path / "out" / "students" / "ana.md").read_text(encoding="utf-8")
-    top = page.index("## Arregla esto primero")
+    top = page.index("## Sobre toda la entrega")
     assert top < page.index("| # |") and page.index(feedback.label("stub", "es")) > top
     assert page.count(feedback.label("stub", "es")) == 1
     html = (tmp_path / "out" / "students" / "ana.html").read_text(encoding="utf-8")
-    assert html.index("Arregla esto primero") < html.index("<table>")
+    assert html.index("Sobre toda la entrega") < html.index("<table>")
 
 
 def test_otter_puts_the_top_message_before_each_test(tmp_path, monkeypatch):

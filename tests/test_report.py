@@ -10,7 +10,7 @@ import pytest
 from autograder import config as grading_config
 from autograder.cli import main
 from autograder.cohort import diff, report
-from autograder.cohort.store import Store, Submitter
+from autograder.cohort.store import Store, StoredResult, Submitter
 from autograder.grade import suite_version
 from autograder.outcomes import Outcome
 
@@ -111,6 +111,19 @@ def test_editing_grading_yml_rescores_without_regrading(cohort, tmp_path):
     assert "SelfAttention: escala" not in page and "MultiHeadAttention: escala" in page  # hidden: not shown ...
     assert "Total:" not in page and "pruebas ocultas" in page  # ... and neither is the total
     assert store.count("gradings") == gradings
+
+
+def test_the_most_common_failures_count_a_whole_file_or_class_once():
+    """An unreadable notebook filled the table with ten rows of load.bad_notebook, one per property."""
+    unreadable = [Outcome(p.cls, p.name, "error", "load.bad_notebook", {"file": "x.ipynb"}) for p in CONFIG.properties]
+    unwritten = [Outcome(p.cls, p.name, "error", "submission.not_implemented", {"op": "forward", "line": 3})
+                 if p.cls == "MultiHeadAttention" else Outcome(p.cls, p.name, "passed") for p in CONFIG.properties]
+    graded = report.rescore([StoredResult("a", [], unreadable, "h", 1, False),
+                             StoredResult("b", [], unwritten, "h", 2, False)], CONFIG)
+    _, _, top = report.summary_figures(graded, CONFIG)
+    assert [(row["where"], row["code"], row["count"]) for row in top] == [
+        ("toda la entrega (cada prueba)", "load.bad_notebook", 1),
+        ("MultiHeadAttention (cada prueba)", "submission.not_implemented", 1)]
 
 
 def test_report_refuses_outcomes_that_lack_a_property(cohort):

@@ -271,26 +271,31 @@ def summary_figures(graded, config):
     passed = Counter()
     failures = Counter()
     example = {}
+    words = feedback.catalog(config.language)["report"]
     for item in graded:
         by_key = {(o.cls, o.prop): o for o in item.outcomes}
+        context = feedback.Context(item.outcomes)  # a failure of the whole file, or of a class, counts once
+        if context.whole is not None:
+            failures[(words["whole_submission"], context.whole.code)] += 1
+            example.setdefault((words["whole_submission"], context.whole.code), context.whole)
+        for cls, outcome in context.unwritten.items():
+            failures[(words["whole_class"].format(cls=cls), outcome.code)] += 1
+            example.setdefault((words["whole_class"].format(cls=cls), outcome.code), outcome)
         for cls, prop in properties:
             outcome = by_key[(cls, prop)]
             if outcome.status == "passed":
                 passed[(cls, prop)] += 1
-            else:
-                failures[(cls, prop, outcome.code)] += 1
-                example.setdefault((cls, prop, outcome.code), outcome)
+            elif not context.explains(outcome):
+                failures[(f"{cls}.{prop}", outcome.code)] += 1
+                example.setdefault((f"{cls}.{prop}", outcome.code), outcome)
     count = max(len(graded), 1)
     per_property = [(f"{cls}.{prop}", passed[(cls, prop)] / count) for cls, prop in properties]
     per_class = []
     for cls in config.classes:
         props = [p for p in properties if p[0] == cls]
         per_class.append((cls, sum(passed[p] for p in props) / (count * len(props))))
-    top = [
-        {"cls": cls, "prop": prop, "code": code, "count": n,
-         "message": feedback.message(example[(cls, prop, code)], config.language)}
-        for (cls, prop, code), n in failures.most_common(TOP_FAILURES)
-    ]
+    top = [{"where": where, "code": code, "count": n, "message": feedback.message(example[(where, code)], config.language)}
+           for (where, code), n in failures.most_common(TOP_FAILURES)]
     return per_property, per_class, top
 
 
