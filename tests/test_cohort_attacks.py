@@ -99,6 +99,13 @@ def test_gradebook_text_cells_never_start_a_formula(tmp_path, prefix):
     assert all((r["Total Score"], r["Max Points"]) == ("48", "48") for r in rows)  # numbers stay numbers
 
 
+@pytest.mark.parametrize("sid", ["+56", "-1203", "+56.5"])
+def test_a_signed_number_is_no_formula_and_keeps_its_sign(sid):
+    """The guard made SID +56 into '+56 in every LMS file, which then matched no student."""
+    assert report.text_cell(sid) == sid
+    assert report.text_cell(sid + "+cmd|' /C calc'!A0") == "'" + sid + "+cmd|' /C calc'!A0"
+
+
 def test_gradebook_from_the_store_neutralises_formulas(store, tmp_path):
     people = [Submitter("=HYPERLINK(\"http://x\")", "-2+3", "@SUM(A1)")]
     run = record(store, "c", [("submission_1", people, outcomes())])

@@ -209,9 +209,15 @@ def private_folder(path):
             folder.mkdir(mode=0o700, exist_ok=True)
 
 
+# A signed number (a SID `+56`, `-1203`): a spreadsheet reads it as a number, runs nothing, and the
+# guard's quote would keep an LMS from matching the SID.
+SIGNED_NUMBER = re.compile(r"[+-][0-9]+(?:\.[0-9]+)?")
+
+
 def text_cell(text):
-    """A gradebook cell that no spreadsheet runs as a formula: a leading quote where one could start."""
-    return "'" + text if text.startswith(FORMULA_START) else text
+    """A gradebook cell that no spreadsheet runs as a formula: a leading quote where one could
+    start, but for a signed number, which runs nothing."""
+    return "'" + text if text.startswith(FORMULA_START) and not SIGNED_NUMBER.fullmatch(text) else text
 
 
 def _number(value):
