@@ -875,9 +875,16 @@ def test_attends(worker, dims):
     modules = [build(worker, dims, load_seed=parameter_seed(dims), load_scale=scale)
                for scale in (None, *(checks.layer_scale(layer, rows) for _, layer, rows in scalings),
                              checks.layer_scale("qkv", [C, 2 * C], factor=-1.0))]
-    x = inputs(rng_for(dims), dims)
+    rng = rng_for(dims)
+    x = inputs(rng, dims)
     got = [output(module.run(x), dims) for module in modules]
     want = [expected(module.params, dims, x) for module in modules]
+    # An output that no input moves is no mistake of keys or queries: said as what it is (a
+    # LayerNorm on x inside the module leaves only zeros at n_embd = 1, where it failed as keys ignored).
+    other = inputs(rng, dims)
+    require(not np.allclose(output(modules[0].run(other), dims), got[0], atol=1e-6, rtol=1e-5)
+            or np.allclose(expected(modules[0].params, dims, other), want[0], atol=1e-6, rtol=1e-5),
+            "output_ignores_input", n_embd=C)
     for i, (role, layer, rows) in enumerate(scalings, 1):
         checks.responds_to(role, got[0], got[i], want[0], want[i], "output", f"{layer}_{role}_rows")
     checks.key_sign_matters((got[0], got[3], want[0], want[3]), lambda: (got[0], got[2], want[0], want[2]), "output",
