@@ -256,7 +256,8 @@ def longest_reference_match(worker, dims):
 @also_at(wide_reference_match, dims=ODD_HEADS_MULTI_HEAD, size="heads")
 @given(dims=multi_head_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
-    """Calls on one module: inputs at each scale, the last with a mask, longer sequences
+    """Calls on one module: inputs at each scale, the last with a mask (then another mask of that
+    shape written into the same tensor), longer sequences
     (harness.LONG_TIMES) with a mask, whose last key is a zero vector (a padding token: its scores
     are exactly 0, which a mask must not be confused with), one query against a memory that is
     both key and value in a larger batch (WIDE_BATCH) with one mask for all of it,
@@ -295,8 +296,13 @@ def test_reference_match(worker, dims, scales):
     calls += [(calls[1][0], {"inference": True}),
               (cross_inputs(rng, between), {"mask": random_mask(rng, between["B"], between["Tq"], between["Tk"])}),
               (calls[0][0], {"reload": reload, "in_place": True}), (calls[0][0], {"reload": {**reload, "step": True}})]
-    magnitudes = [first, second, third, 1.0, 1.0, 1.0, first, second, 1.0, first, first]
-    shapes = [dims, dims, dims, long_dims, one_query, self_dims, dims, dims, between, dims, dims]
+    # right after the masked call, another mask of the same shape and dtype written into its tensor:
+    # a module that keeps what it made of a mask, rebuilt only when the shape changes or keyed on the
+    # tensor's address, applies the old one (drawn last: the draws above stay as they were)
+    calls.insert(3, (calls[2][0], {"mask": closing_one(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])),
+                                   "in_place": True}))
+    magnitudes = [first, second, third, third, 1.0, 1.0, 1.0, first, second, 1.0, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, one_query, self_dims, dims, dims, between, dims, dims]
 
     def expected(i):
         args, options = calls[i]
@@ -309,10 +315,10 @@ def test_reference_match(worker, dims, scales):
     heads = dims["h"] % 4 + 1  # another head count and head size
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims, dropout=0.2)[0], INPUT_NAMES,
-                                  {3: ("reference_mismatch_long", {"positions": long_dims["Tk"]}, {8}),
-                                   7: ("inference_mode_changes_output", {}),
-                                   8: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["Tk"]}),
-                                   10: ("reference_mismatch_after_step", {})},
+                                  {4: ("reference_mismatch_long", {"positions": long_dims["Tk"]}, {9}),
+                                   8: ("inference_mode_changes_output", {}),
+                                   9: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["Tk"]}),
+                                   11: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "h": heads,
                                                            "d_model": heads * (dims["d_model"] // dims["h"] + 1)}))
 

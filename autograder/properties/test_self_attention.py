@@ -194,7 +194,8 @@ def longest_reference_match(worker, dims):
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
 def test_reference_match(worker, dims, scales):
     """Calls on one module: an input at each scale, the first again in train mode (SelfAttention
-    has no dropout: train() changes nothing), the last scale with a mask, a longer sequence
+    has no dropout: train() changes nothing), the last scale with a mask (again in train mode, then
+    with another mask of that shape written into the same tensor), a longer sequence
     (harness.LONG_TIMES) with a mask, whose last position is a zero vector (a padding token: its
     scores are exactly 0, which a mask must not be confused with), a larger batch (WIDE_BATCH)
     with one mask for all of it, then the first input again, the masked one in train mode, the
@@ -220,15 +221,19 @@ def test_reference_match(worker, dims, scales):
     wide = (inputs(rng, wide_dims), random_mask(rng, 1, T, T))  # float32: other dtypes are masked_zero's
     between = mid_dims(rng, dims, "T")
     middle = (inputs(rng, between), random_mask(rng, between["B"], between["T"], between["T"]))
+    # another mask of the same shape and dtype, written into the tensor of the call before: a
+    # module that keeps what it made of a mask, rebuilt only when the shape changes or keyed on
+    # the tensor's address, applies the old one (drawn last: the draws above stay as they were)
+    other = closing_one(random_mask(rng, B, T, T))
     # in_place: the input written into the tensors of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     calls = [((xs[0],), {}), ((xs[0],), {"train": True}), ((xs[1],), {"in_place": True}), ((xs[2],), {"mask": mask}),
              ((padded,), {"mask": long_mask}), ((wide[0],), {"mask": wide[1]}), ((xs[0],), {}),
-             ((xs[2],), {"mask": mask, "train": True}), ((xs[1],), {"inference": True}),
-             ((middle[0],), {"mask": middle[1]}),
+             ((xs[2],), {"mask": mask, "train": True}), ((xs[2],), {"mask": other, "in_place": True}),
+             ((xs[1],), {"inference": True}), ((middle[0],), {"mask": middle[1]}),
              ((xs[0],), {"reload": reload, "in_place": True}), ((xs[0],), {"reload": {**reload, "step": True}})]
-    magnitudes = [first, first, second, third, 1.0, 1.0, first, third, second, 1.0, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims, between, dims, dims]
+    magnitudes = [first, first, second, third, 1.0, 1.0, first, third, third, second, 1.0, first, first]
+    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims, dims, between, dims, dims]
 
     def expected(i):
         (x,), options = calls[i]
@@ -239,10 +244,10 @@ def test_reference_match(worker, dims, scales):
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
                                   lambda: loaded(worker, dims)[0], INPUT_NAMES,
                                   {1: ("train_mode_changes_output", {}, {7}), 7: ("train_mode_changes_output", {}, {1}),
-                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]}, {9}),
-                                   8: ("inference_mode_changes_output", {}),
-                                   9: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
-                                   11: ("reference_mismatch_after_step", {})},
+                                   4: ("reference_mismatch_long", {"positions": long_dims["T"]}, {10}),
+                                   9: ("inference_mode_changes_output", {}),
+                                   10: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
+                                   12: ("reference_mismatch_after_step", {})},
                                   lambda: another_configuration(worker, {**dims, "d_model": dims["d_model"] + 1, "d_k": d_k_of(dims) + 1}))
 
 
