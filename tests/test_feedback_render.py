@@ -395,3 +395,23 @@ def test_an_exception_raised_inside_torch_names_no_line_rather_than_a_question_m
         text = feedback.message(outcome, language).splitlines()[0]
         assert "?" not in text and gone not in text and " line" not in text, text
         assert "RuntimeError" in text, text
+
+
+@pytest.mark.parametrize("language, alone, sent_back", [
+    ("es", "sí las aceptas: falla con esta forma de máscara en particular", "Arregla primero la prueba"),
+    ("en", "you do take the masks of", "first."),
+])
+def test_a_mask_named_upstream_does_not_send_back_to_masked_zero_when_that_passed(language, alone, sent_back):
+    """batch_independence said "fix «peso cero donde la máscara es 0» first" of a module that passed it
+    (a mask.squeeze() that breaks only at T = 1)."""
+    params = {"exc_type": "RuntimeError", "line": 35, "error": "bad size", "shape": [2, 1, 1], "dtype": "bool"}
+    failing = Outcome("SelfAttention", "batch_independence", "failed", "mask_raised_upstream", params, {"B": 2})
+
+    def rendered(masked_zero):
+        outcomes = [failing if (p.cls, p.name) == ("SelfAttention", "batch_independence") else
+                    Outcome(p.cls, p.name, masked_zero if p.name == "masked_zero" and p.cls == "SelfAttention"
+                            else "passed") for p in SHIPPED.properties]
+        return feedback.message(failing, language, feedback.Context(outcomes))
+
+    assert alone in rendered("passed") and sent_back not in rendered("passed").split("\n")[0]
+    assert sent_back in rendered("failed") and alone not in rendered("failed")

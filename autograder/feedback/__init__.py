@@ -181,6 +181,7 @@ def message(outcome, language, context=None):
     if context is not None and context.explains(outcome):
         lines = [context.short(outcome, language)]
     else:
+        outcome = context.as_shown(outcome) if context is not None else outcome
         upstream = context is not None and context.upstream(outcome)
         lines = [headline(outcome, language, upstream)]
         if outcome.example and not _input_free(outcome.code):
@@ -226,6 +227,10 @@ def headline(outcome, language, upstream=False):
         template = texts["failures"][f"{outcome.code}.upstream"]
         params = {**params, "shapes": title(outcome.cls, "shapes", language)}
     return _fill(template, params, texts["words"])
+
+
+# Failures that name the mask of a call that breaks with it alone (checks._named_for_the_mask).
+MASK_UPSTREAM = ("mask_raised_upstream", "mask_shape_mismatch_upstream")
 
 
 def _hint(outcome, hints):
@@ -345,6 +350,15 @@ class Context:
             if stub and all(o.code in UNWRITTEN or o.code == "grader_error" for o in found):  # not the student's
                 self.unwritten[cls] = stub[0]
         self.bad_shapes = {o.cls for o in outcomes if o.prop == "shapes" and o.status != "passed"}
+        self.masks_taken = {o.cls for o in outcomes if o.prop == "masked_zero" and o.status == "passed"}
+
+    def as_shown(self, outcome):
+        """The outcome as its message should read: a mask named upstream of a property whose class
+        passes masked_zero (the module takes that property's masks, just not this one) is not sent
+        back to masked_zero first (its `.alone` form)."""
+        if outcome.code in MASK_UPSTREAM and outcome.cls in self.masks_taken:
+            return dataclasses.replace(outcome, code=f"{outcome.code}.alone")
+        return outcome
 
     def explains(self, outcome):
         """Whether the top of the results (overview) already says what went wrong in this test."""
