@@ -401,15 +401,15 @@ def test_report_writes_every_export_by_default_and_warns_about_rows_it_cannot_pl
 
 
 def test_two_rows_with_one_sid_are_warned_about(store, tmp_path, capsys):
-    """A resubmission in a new export gets a new key with the same SID and email: both rows went
-    into canvas.csv, moodle.csv and gradescope.csv without a word (a TA's)."""
-    record(store, [("submission_1", [Submitter("Luis", "Luis@x.edu", "2024002")], outcomes()),
-                   ("submission_2", [Submitter("Luis", "luis@x.edu", "2024002")], outcomes(SCALE)),
-                   ("submission_3", [Submitter("Ana", "ana@x.edu", "2024001")], outcomes())])
+    """A re-upload under another name (a Gradescope resubmission is replaced: see below) keeps the
+    same SID and email: both rows went into canvas.csv, moodle.csv and gradescope.csv without a word."""
+    record(store, [("luis.py", [Submitter("Luis", "Luis@x.edu", "2024002")], outcomes()),
+                   ("luis_v2.py", [Submitter("Luis", "luis@x.edu", "2024002")], outcomes(SCALE)),
+                   ("ana.py", [Submitter("Ana", "ana@x.edu", "2024001")], outcomes())])
     assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
                  "--lang", "en"]) == 0
     err = capsys.readouterr().err
-    assert "2 rows of the LMS files share sid 2024002 (submissions submission_1, submission_2)" in err
+    assert "2 rows of the LMS files share sid 2024002 (submissions luis.py, luis_v2.py)" in err
     assert "share email Luis@x.edu" in err and "2024001" not in err
 
 
@@ -466,18 +466,24 @@ def test_a_group_member_the_roster_lacks_keeps_their_row_and_an_empty_roster_cel
         ("Marta Díaz", "marta@x.edu", "11"), ("pedro gil", "pedro@x.edu", "13")]
 
 
-def test_a_resubmission_in_a_later_export_replaces_the_earlier_submission(store):
-    """Gradescope gives a resubmission a new submission_N: after a re-downloaded export, Luis had two
-    rows in every file (0 and 48). A group whose member did not resubmit keeps its row."""
-    luis, marta, pedro = (Submitter(n, f"{n.lower()}@x.edu", "") for n in ("Luis", "Marta", "Pedro"))
+def test_a_later_gradescope_submission_replaces_the_student_s_earlier_one_in_any_batch_order(store):
+    """Gradescope gives a resubmission a new, larger submission_N: after a re-downloaded export,
+    Luis had two rows in every file (0 and 48); batching the older export again after the newer one
+    hid the newer; a group member who resubmitted alone kept a row from the group's too."""
+    luis, marta, pedro, ana = (Submitter(n, f"{n.lower()}@x.edu", "") for n in ("Luis", "Marta", "Pedro", "Ana"))
     record(store, [("submission_102", [luis], outcomes(SDPA)), ("submission_103", [marta, pedro], outcomes()),
-                   ("plain.py", [Submitter("plain")], outcomes())])
+                   ("submission_104", [ana], outcomes()), ("plain.py", [Submitter("plain")], outcomes())])
     record(store, [("submission_202", [luis], outcomes()), ("submission_203", [marta], outcomes(SCALE))])
+    record(store, [("submission_104", [ana], outcomes())])  # the older export again, after the newer
     view = report.build_view(store, "c", ENGLISH)
-    assert sorted(i.key for i in view.items) == ["plain.py", "submission_103", "submission_202", "submission_203"]
-    [warning] = [w for w in view.warnings if "later export replaced" in w]
-    assert "submission_102 (Luis, run 1)" in warning and "submission_103" not in warning
-    assert sorted(r.key for r in store.cohort_results("c", up_to=1)) == ["plain.py", "submission_102", "submission_103"]
+    rows = sorted((i.key, p.name) for i in view.items for p in i.submitters)
+    assert rows == [("plain.py", "plain"), ("submission_103", "Pedro"), ("submission_104", "Ana"),
+                    ("submission_202", "Luis"), ("submission_203", "Marta")]
+    [warning] = [w for w in view.warnings if "replaced with a later one" in w]
+    assert "submission_102 (Luis)" in warning and "submission_103 (Marta)" in warning
+    record(store, [("submission_102", [luis], outcomes(SDPA))])  # batched again later: still the older one
+    assert {(r.key, r.submitters[0].name) for r in store.cohort_results("c") if r.key.endswith("02")} == {
+        ("submission_202", "Luis")}
     label, results = diff.side(store, "c")
     assert "submission_102" not in {r.key for r in results}
 

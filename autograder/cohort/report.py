@@ -454,7 +454,7 @@ def build_view(store, cohort, config, run_id=None, roster=None):
             map(str, sorted({g.run_id for g in stale_rows})))))
     if replaced:
         view.warnings.append(words["warning_replaced_export"].format(keys=_keys(
-            f"{r.key} ({', '.join(s.name or s.email or s.sid for s in r.submitters)}, run {r.run_id})" for r in replaced)))
+            f"{r.key} ({', '.join(s.name or s.email or s.sid for s in r.submitters)})" for r in replaced)))
     stale = {}
     for failure in failures:
         if failure.key in latest:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -150,27 +151,35 @@ SUBMISSION_KEY = re.compile(r"submission_[0-9]+")
 
 
 def replaced_by_later_exports(results, replaced=None):
-    """`results` without the Gradescope submissions that a later run's replaced. Gradescope names
-    every submission anew (submission_N), so a student's resubmission in a re-downloaded export is
-    another key, and the earlier one stayed in every file beside it with its older score. A
-    submission is replaced when each of its students (by email, else SID) has a submission_N from a
-    later run; a group member who did not resubmit keeps it. `replaced`, if given, gets them."""
-    def students(result):
-        return {("email", s.email.casefold()) if s.email else ("sid", s.sid) for s in result.submitters
-                if s.email or s.sid} if SUBMISSION_KEY.fullmatch(result.key) else set()
+    """`results` without what a student's later Gradescope submission replaced. Gradescope names
+    every submission anew (submission_N, N growing with time), so a resubmission in a re-downloaded
+    export is another key, and the earlier one stayed in every file beside it with its older score.
+    A student (by email, else SID) counts only in their submission of the largest N, whatever the
+    order the exports were batched in: a submission whose every student has a later one is left
+    out, and a group member who resubmitted alone leaves the group's submission to the others.
+    `replaced`, if given, gets each result left out, or the students taken from it."""
+    def identity(submitter):
+        return ("email", submitter.email.casefold()) if submitter.email else ("sid", submitter.sid)
+
+    def number(result):
+        return int(result.key.split("_")[1]) if SUBMISSION_KEY.fullmatch(result.key) else None
 
     latest = {}
     for result in results:
-        for student in students(result):
-            latest[student] = max(latest.get(student, 0), result.run_id)
+        if number(result) is not None:
+            for submitter in result.submitters:
+                if submitter.email or submitter.sid:
+                    latest[identity(submitter)] = max(latest.get(identity(submitter), -1), number(result))
     kept = []
     for result in results:
-        who = students(result)
-        if who and all(latest[student] > result.run_id for student in who):
-            if replaced is not None:
-                replaced.append(result)
-        else:
+        gone = [s for s in result.submitters if number(result) is not None and (s.email or s.sid)
+                and latest[identity(s)] > number(result)]
+        if gone and replaced is not None:
+            replaced.append(dataclasses.replace(result, submitters=gone))
+        if not gone:
             kept.append(result)
+        elif len(gone) < len(result.submitters):
+            kept.append(dataclasses.replace(result, submitters=[s for s in result.submitters if s not in gone]))
     return kept
 
 
