@@ -176,11 +176,16 @@ def test_what_a_plain_folder_passes_over_or_holds_by_mistake_is_named(tmp_path):
     (cohort / "luis.py").write_text("x = 1\n")
     (cohort / "marta").mkdir()
     (cohort / "marta" / "submission_metadata.yml").write_text("{}")  # a student's own file of that name
+    (cohort / "notas.txt").write_text("x")
+    (cohort / "__pycache__").mkdir()  # Python's cache, from running a file there
+    (cohort / "reportes").mkdir()  # a report written into the submissions folder
+    (cohort / "reportes" / ".autograder-report").write_text("index.html\n")
     notes = []
     with batch.entries(cohort, notes) as found:
         assert [e.key for e in found] == ["assignment_7_export", "export.zip", "luis.py", "marta"]
-    assert notes == [("ana.py.txt", "not_a_submission"), ("assignment_7_export", "holds_export"),
-                     ("export.zip", "holds_export"), ("marta", "holds_export")]
+    assert notes == [("__pycache__", "not_a_submission"), ("ana.py.txt", "hidden_extension"),
+                     ("assignment_7_export", "holds_export"), ("export.zip", "holds_export"), ("marta", "holds_export"),
+                     ("notas.txt", "not_a_submission"), ("reportes", "not_a_submission")]
 
 
 def test_an_export_whose_folders_and_metadata_disagree_says_so_and_grades_every_folder(tmp_path):

@@ -216,6 +216,32 @@ def test_the_summary_names_what_the_folder_held_besides_submissions(store, tmp_p
         assert line in console.export_text()
 
 
+def test_a_late_re_upload_under_another_extension_or_case_is_named(store, tmp_path):
+    """luis.py for an earlier luis.zip, or Luis.py for luis.py, became a second student in silence."""
+    run_batch(write_folder(tmp_path / "cohort", ["luis.zip", "ana.py"]), store, Instant())
+    late = run_batch(write_folder(tmp_path / "late", ["luis.py", "Ana.py"]), store, Instant())
+    assert sorted(late.notes) == [("Ana.py", "renamed_reupload", "ana.py"), ("luis.py", "renamed_reupload", "luis.zip")]
+    console = Console(file=io.StringIO(), record=True, width=300)
+    batch.report_summary(late, console, "es")
+    assert "luis.py: la cohorte ya tiene luis.zip" in console.export_text()
+
+
+def test_a_cohort_name_that_differs_only_in_case_is_refused_and_a_symlink_shares_the_lock(store, tmp_path):
+    """`--cohort C1` beside c1 made a cohort of its own; a store reached through a symlink took a
+    second lock, and the second batch ended in an IntegrityError traceback."""
+    folder = write_folder(tmp_path / "cohort", ["ana.py"])
+    run_batch(folder, store, Instant())
+    with pytest.raises(StoreError, match="differs from 'C' only in case"):
+        batch.run_batch(folder, "C", store, CONFIG, Instant, False, QUIET)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(store.path)
+    other = Store(link)
+    with store.batch_lock(), pytest.raises(StoreError, match="another batch"):
+        with other.batch_lock():
+            pass
+    other.close()
+
+
 def test_a_name_spelled_decomposed_on_a_mac_is_the_same_student(store, tmp_path):
     """`jose\u0301.py` (NFD, as macOS writes it) in a late folder became a second student beside
     `jos\u00e9.py` (NFC): two rows, the first one's old grade exported too."""
@@ -550,10 +576,12 @@ def test_roster_names_in_two_columns_duplicated_rows_and_a_run_alone(store, tmp_
     """`Nombre` + `Apellido(s)` (Moodle's export) kept the first name only; a row pasted twice was a
     group of two; `report --run N --roster` called everyone outside run N "no submission"."""
     path = tmp_path / "roster.csv"
-    path.write_text("Clave;Nombre;Apellido(s);Correo\nana;Ana;Pérez Gil;ana@x.edu\nana;Ana;Pérez Gil;ana@x.edu\n"
-                    "luis;Luis;Soto;luis@x.edu\n", encoding="utf-8")
+    path.write_text("Clave;Nombre;Apellido(s);Dirección de correo;Número de ID;Nombre de usuario\n"
+                    "ana;Ana;Pérez Gil;ana@x.edu;7;ap\nana;Ana;Pérez Gil;ana@x.edu;7;ap\n"
+                    "luis;Luis;Soto;luis@x.edu;8;ls\n", encoding="utf-8")  # Moodle's Spanish headers
     rows = roster.read(path).rows
-    assert rows == (("ana", roster.Person("Ana Pérez Gil", "ana@x.edu")), ("luis", roster.Person("Luis Soto", "luis@x.edu")))
+    assert rows == (("ana", roster.Person("Ana Pérez Gil", "ana@x.edu", "7", "ap")),
+                    ("luis", roster.Person("Luis Soto", "luis@x.edu", "8", "ls")))
     record(store, [("ana.py", [Submitter("ana")], outcomes())])
     record(store, [("luis.py", [Submitter("luis")], outcomes(SCALE))])
     view = report.build_view(store, "c", ENGLISH, run_id=2, roster=roster.read(path))

@@ -54,6 +54,7 @@ from ..outcomes import Outcome
 from ..text import clean, clean_line, composed
 from . import gradescope_export
 from .executor import DEFAULT_RECYCLE, RECYCLE_GROWTH_MIB, DaskExecutor, GraderFailure, LocalExecutor, Task
+from .report import ReportFolder
 from .roster import SUFFIXES, stem
 from .store import DEFAULT_PATH, Store, Submitter, cohort_name
 
@@ -83,7 +84,7 @@ class Summary:
     seconds: float = 0.0
     interrupted: bool = False
     unreadable_entries: list = field(default_factory=list)  # (key, name, first outcome) of every unreadable one
-    notes: list = field(default_factory=list)  # (name, reason): passed over, or not as an export should be
+    notes: list = field(default_factory=list)  # (name, reason[, other key]): passed over, not as an export should be, renamed
     superseded: list = field(default_factory=list)  # (key, run, source): other content from another folder was shown
 
 
@@ -97,7 +98,11 @@ def folder_entries(folder, notes=None):
         if path.name.startswith((".", "__MACOSX")):
             continue
         if not (path.is_dir() or path.suffix.lower() in SUFFIXES):
-            notes.append((clean_line(path.name), "not_a_submission"))
+            hidden = any(path.name.lower().endswith(f"{suffix}.txt") for suffix in SUFFIXES)  # Windows hides .txt
+            notes.append((clean_line(path.name), "hidden_extension" if hidden else "not_a_submission"))
+            continue
+        if path.is_dir() and (path.name == "__pycache__" or (path / ReportFolder.MANIFEST).is_file()):
+            notes.append((clean_line(path.name), "not_a_submission"))  # Python's cache, a report written here
             continue
         if gradescope_export.holds_export(path):
             notes.append((clean_line(path.name), "holds_export"))
@@ -222,8 +227,12 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
         store.set_expected(run.id, len(found))
         summary = Summary(run_id=run.id, resumed=resumed, notes=notes)
         done = store.done(run.id)
+        known = {stem(key).casefold(): key for key in store.keys(cohort)}
         pending = {}
         for entry in found:
+            other = known.get(stem(entry.key).casefold())
+            if other not in (None, entry.key):  # luis.py for an earlier luis.zip, Luis.py for luis.py
+                summary.notes.append((entry.key, "renamed_reupload", other))
             content_hash, task, outcomes, graded_file = _load(entry, config)
             if task is None:
                 summary.unreadable_entries.append((entry.key, _name(entry), outcomes[0]))
@@ -332,9 +341,9 @@ def report_summary(summary, console, language="en"):
         console.print(Text.assemble("  ", (words["status_unreadable"], "yellow"), f" {shown}: {reason}"))
     for key, message in [*summary.failures, *summary.grader_errors]:
         console.print(Text.assemble("  ", (words["status_grader_failure"], "red"), f" {key}: {message}"))
-    for name, reason in summary.notes:
-        console.print(Text("  " + words[f"batch_note_{reason}"].format(name=name, metadata=gradescope_export.METADATA),
-                           style="yellow"))
+    for name, reason, *other in summary.notes:
+        console.print(Text("  " + words[f"batch_note_{reason}"].format(
+            name=name, metadata=gradescope_export.METADATA, other=other[0] if other else ""), style="yellow"))
     for key, run, source in summary.superseded:
         console.print(Text("  " + words["batch_superseded"].format(key=key, run=run, source=source), style="yellow"))
     if summary.interrupted:

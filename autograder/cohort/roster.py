@@ -40,9 +40,11 @@ ALIASES = {
              "nombres", "nombre(s)", "sortable name", "last name, first name", "apellido, nombre",
              "apellidos, nombre", "apellidos y nombres"),
     "surname": ("surname", "last name", "family name", "apellido", "apellidos", "apellido(s)"),  # joined after name
-    "sid": ("sid", "student id", "sis user id", "id number", "idnumber", "matricula", "legajo", "rut", "dni"),
-    "email": ("email", "e-mail", "mail", "email address", "correo", "correo electronico"),
-    "login": ("login", "username", "user", "sis login id", "usuario"),
+    "sid": ("sid", "student id", "sis user id", "id number", "idnumber", "matricula", "legajo", "rut", "dni",
+            "numero de id", "numero de identificacion"),
+    "email": ("email", "e-mail", "mail", "email address", "correo", "correo electronico", "direccion de correo",
+              "direccion email", "direccion de correo electronico", "direccion de email"),
+    "login": ("login", "username", "user", "sis login id", "usuario", "nombre de usuario"),
     "section": ("section", "seccion", "grupo"),
 }
 

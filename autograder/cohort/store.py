@@ -186,8 +186,8 @@ def replaced_by_later_exports(results, replaced=None):
 def cohort_name(text):
     """--cohort as argparse reads it: one line of text, not blank, without ':' (diff reads
     COHORT:RUN). A name with a newline or a tab ended up in the store as typed, and `""` was a cohort."""
-    if not text.strip() or clean(text) != text or any(c in text for c in "\n\r\t:"):
-        raise argparse.ArgumentTypeError(f"{text!r} cannot name a cohort: give one line of text, without ':' "
+    if not text.strip() or text != text.strip() or clean(text) != text or any(c in text for c in "\n\r\t:"):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot name a cohort: give one line of text, without ':' or spaces at its ends "
                                          "(diff reads COHORT:RUN), e.g. 2026-1")
     return text
 
@@ -264,7 +264,7 @@ class Store:
         invites) would grade the same submissions and then fail on the first one's results. A
         StoreError names the holder. The lock is the kernel's (flock): a batch killed with -9 holds
         none. The file says who holds it (pid, cohort, run), for reports."""
-        path = Path(f"{self.path}-batch")
+        path = Path(f"{self.path.resolve()}-batch")  # one lock whatever path (a symlink) reaches the store
         try:
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -290,7 +290,7 @@ class Store:
     def grading_now(self):
         """(cohort, run id) of the run a batch is grading into this store now, or None."""
         try:
-            descriptor = os.open(f"{self.path}-batch", os.O_RDONLY)
+            descriptor = os.open(f"{self.path.resolve()}-batch", os.O_RDONLY)
         except OSError:
             return None
         try:
@@ -304,12 +304,18 @@ class Store:
 
     # ---- cohorts and runs ---------------------------------------------------------------------
     def cohort_id(self, name, create=False):
+        """The cohort's id; create=True makes a new one, unless its name differs from an existing
+        cohort's only in case (`C1` beside `c1`: a late folder would land in a cohort of its own)."""
         name = clean(name)
         row = self.db.execute("SELECT id FROM cohorts WHERE name = ?", (name,)).fetchone()
         if row:
             return row[0]
+        names = [row[0] for row in self.db.execute("SELECT name FROM cohorts ORDER BY name")]
+        alike = [other for other in names if other.casefold() == name.casefold()]
+        if create and alike:
+            raise StoreError(f"the store has cohort {alike[0]!r}, which differs from {name!r} only in case: "
+                             f"give --cohort {alike[0]!r} to add to it, or a name no cohort has in any case")
         if not create:
-            names = [row[0] for row in self.db.execute("SELECT name FROM cohorts ORDER BY name")]
             there = (f"its cohorts: {', '.join(map(repr, names[:20]))}" if names else
                      "it holds none (a store copied without its -wal file, after a batch was killed, "
                      "lacks what that batch wrote: copy both)")
@@ -380,6 +386,11 @@ class Store:
             " ORDER BY g.id DESC LIMIT 1",
             (self.cohort_id(cohort), key, content_hash, grader_version, suite_hash)).fetchone()
         return row[0] if row else None
+
+    def keys(self, cohort):
+        """Every key the cohort has a submission under."""
+        return {row[0] for row in self.db.execute(
+            "SELECT key FROM submissions WHERE cohort_id = ?", (self.cohort_id(cohort, create=True),))}
 
     def shown(self, cohort, key):
         """(run id, content hash, run's source) of the key's result in the cohort view, or None."""
