@@ -204,6 +204,13 @@ def test_an_export_whose_folders_and_metadata_disagree_says_so_and_grades_every_
     assert notes == [("submission_104 (Carla)", "no_folder"), ("submission_105", "not_in_metadata")]
 
 
+def test_escape_sequences_in_an_export_s_names_never_reach_the_terminal(tmp_path):
+    root = tmp_path / "export"
+    write_export(root, {"submission_1": {":submitters": [{":name": "Ana\x1b[2K\x1b]0;owned\x07 Pérez", ":email": "a@x.edu"}]}})
+    with batch.entries(root) as found:
+        assert found[0].submitters[0].name == "Ana[2K]0;owned Pérez"
+
+
 def test_unreadable_archive_is_a_batch_error(tmp_path):
     bad = tmp_path / "cohort.zip"
     bad.write_bytes(b"not a zip")

@@ -299,3 +299,30 @@ def test_a_world_writable_folder_inside_another_owners_folder_is_a_writable_plac
         assert str(shared) in residue.writable_places.__wrapped__()
     finally:
         shutil.rmtree(outer)
+
+
+FILTERED = """
+import ctypes, os, shutil, sys, tempfile
+from autograder.worker import seccomp
+ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # no_new_privs
+assert seccomp.install_filter()
+source = tempfile.NamedTemporaryFile(delete=False)
+source.write(b"x" * 65536)
+source.close()
+read_end, write_end = os.pipe()
+with open(source.name, "rb") as handle:
+    try:
+        os.sendfile(write_end, handle.fileno(), 0, 4096)
+        print("sent")
+    except PermissionError:
+        print("refused")
+shutil.copyfile(source.name, source.name + ".copy")  # falls back to read and write
+print(os.path.getsize(source.name + ".copy"))
+"""
+
+
+def test_the_filter_refuses_sendfile_and_a_file_copy_still_works():
+    """sendfile from files into pipes pinned 3 GB of page cache beside a correct module at 48/48."""
+    done = subprocess.run([sys.executable, "-c", FILTERED], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.split() == ["refused", "65536"], done.stderr

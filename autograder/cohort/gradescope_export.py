@@ -37,6 +37,7 @@ import yaml
 
 from .. import submission, yaml_reader
 from ..errors import UsageError
+from ..text import clean_line
 from .store import SUBMISSION_KEY, Submitter
 
 METADATA = "submission_metadata.yml"
@@ -61,7 +62,8 @@ def _field(mapping, name):
     """A submitter's field as text; "" for one that is missing or not a single value (a list or
     mapping there is no name, and text made of one, aliases nested in aliases, can be gigabytes)."""
     value = mapping.get(":" + name, mapping.get(name))
-    return str(value).strip() if isinstance(value, (str, int, float)) else ""
+    # as one clean line: escape sequences in a name reached the TA's terminal through batch's summary
+    return clean_line(str(value)).strip() if isinstance(value, (str, int, float)) else ""
 
 
 def find_metadata(root):
