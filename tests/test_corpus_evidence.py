@@ -69,9 +69,15 @@ def test_a_2d_mask_made_causal_closes_positions_the_mask_allows():
     assert (weights - attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x), everywhere)[1]).abs().max() > 0.1
 
 
+# Drawn from a generator of their own: drawn from torch's global one at collection (before the
+# seeding fixture runs), the masks changed with what was collected before, and some hid the
+# mistake (about 1 draw in 75 for mha_bool_mask_after_softmax: a run of the CI failed so).
+MASKS = torch.Generator().manual_seed(7)
+
+
 @pytest.mark.parametrize("name, mask", [
-    ("mha_head_masks_intersected", torch.rand(2, 2, 3, 5) > 0.4),
-    ("mha_bool_mask_after_softmax", torch.rand(2, 3, 5) > 0.4),
+    ("mha_head_masks_intersected", torch.rand(2, 2, 3, 5, generator=MASKS) > 0.4),
+    ("mha_bool_mask_after_softmax", torch.rand(2, 3, 5, generator=MASKS) > 0.4),
     ("mha_eval_dropout_with_2d_mask", torch.ones(3, 5)),
 ])
 def test_a_mask_form_read_another_way_gives_other_weights(name, mask):
