@@ -185,8 +185,9 @@ def _choose(names, read):
 def _shallowest(exercises, read):
     """(name, text) of the shallowest exercise file. Several at that depth (`borrador/attention.py`
     beside `final/attention.py`): the one whose classes are written when the others' are the stub's,
-    any one when all hold the same code, else SubmissionUnreadable: which one the student meant
-    cannot be told, and the first in alphabetical order is a guess."""
+    any one when all hold the same code, else SubmissionUnreadable (several_exercise_files: the
+    files are already named as asked, so the message only asks to keep one): which one the student
+    meant cannot be told, and the first in alphabetical order is a guess."""
     tied = [str(p) for p in exercises if len(p.parts) == len(exercises[0].parts)][:MAX_SCANNED]
     texts = {name: _decode(read(name), name) for name in tied}
     if len(set(texts.values())) == 1:
@@ -194,7 +195,7 @@ def _shallowest(exercises, read):
     finished = [name for name in tied if _unfinished(texts[name]) is False]
     if finished and len({texts[name] for name in finished}) == 1 and len(finished) < len(tied):
         return finished[0], texts[finished[0]]
-    raise SubmissionUnreadable("several_files", files=tied[:20])
+    raise SubmissionUnreadable("several_exercise_files", files=tied[:20])
 
 
 MAX_SCANNED = 8  # other files read in search of the graded classes: at most 8 x 16 MiB

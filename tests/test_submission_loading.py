@@ -268,7 +268,7 @@ def test_the_stub_yields_to_the_one_other_file_with_every_class_written(tmp_path
 
 
 @pytest.mark.parametrize("as_zip", [False, True], ids=["folder", "zip"])
-def test_two_exercise_files_at_one_depth_are_told_apart_or_refused(tmp_path, as_zip):
+def test_two_exercise_files_at_one_depth_are_told_apart_or_refused(tmp_path, as_zip, grading):
     """`borrador/attention.py` beside `final/attention.py`: the first in alphabetical order was
     graded, and the note called it the only file checked."""
     def load(files, name):
@@ -277,8 +277,12 @@ def test_two_exercise_files_at_one_depth_are_told_apart_or_refused(tmp_path, as_
     other = SOLVED.replace("return x", "return x + 0", 1)
     with pytest.raises(SubmissionUnreadable) as caught:
         load({"borrador/attention.py": other, "final/attention.py": SOLVED}, "two")
-    assert caught.value.code == "several_files" and caught.value.params["files"] == ["borrador/attention.py",
-                                                                                    "final/attention.py"]
+    assert caught.value.code == "several_exercise_files"
+    assert caught.value.params["files"] == ["borrador/attention.py", "final/attention.py"]
+    grade(tmp_path / ("two.zip" if as_zip else "two"), grading, out_dir=tmp_path / "out")
+    message = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["output"]
+    # Both already have the name asked for: the message asks to keep one, not to rename it.
+    assert "borrador/attention.py" in message and "llámalo" not in message, message
     assert load({"a/attention.py": STUB_BODY, "b/attention.py": SOLVED}, "stub").filename == "b/attention.py"
     assert load({"a/attention.py": SOLVED, "b/attention.py": SOLVED}, "copies").filename == "a/attention.py"
     assert load({"attention.py": SOLVED, "viejo/attention.py": other}, "deeper").filename == "attention.py"
