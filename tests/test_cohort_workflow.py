@@ -96,6 +96,31 @@ def test_an_interrupted_run_is_warned_about_and_its_rerun_completes_the_view(sto
     assert "no terminó" not in (tmp_path / "done" / "index.html").read_text(encoding="utf-8")
 
 
+def test_the_resume_command_of_a_run_under_another_seed_names_its_grading_yml(store, tmp_path):
+    """A run begun with `--config seed2.yml` resumes only under that suite: without --config, the
+    command the warning printed started a new run instead."""
+    seeded = tmp_path / "seed2.yml"
+    seeded.write_text(re.sub(r"(?m)^( *)seed: *\d+", r"\1seed: 987654", CONFIG.source, count=1), encoding="utf-8")
+    other = grading_config.load(seeded)
+    assert suite_version(other) != suite_version(CONFIG)
+    folder = write_folder(tmp_path / "cohort", ["a.py", "b.py"])
+    assert batch.run_batch(folder, "c", store, other, lambda: Instant(stop_after=1), False, QUIET, None).interrupted
+
+    def unfinished(view):
+        [warning] = [w for w in view.warnings if "no terminó" in w]
+        return warning
+
+    warning = unfinished(report.build_view(store, "c", other, config_path=seeded))
+    command = warning.split("el mismo comando: ")[1]
+    assert command.endswith(f" --config {seeded}"), command
+    warning = unfinished(report.build_view(store, "c", CONFIG))  # a report read under the default one
+    assert warning.endswith("--config <grading.yml of run 1>"), warning
+    again = batch.run_batch(folder, "c", store, other, lambda: Instant(), False, QUIET, None)
+    assert again.resumed  # what the first command does
+    [done] = store.runs("c")
+    assert done.finished
+
+
 def test_a_ctrl_c_while_the_slots_start_is_an_interruption_with_its_summary(store, tmp_path):
     """Ctrl-C in the first seconds, while the slots import torch, printed a bare "interrupted"."""
     def starting():
@@ -159,8 +184,9 @@ def test_a_second_batch_while_one_grades_is_refused_and_the_report_says_in_progr
     assert "1 of 2 submissions so far" in warning
     assert store.grading_now() is None and report.build_view(store, "c", CONFIG).warnings == []
     assert main(["batch", str(folder), "--cohort", "c", "--db", str(store.path), "--jobs", "1", "--regrade"]) == 0
-    with pytest.raises(SystemExit):  # refused before a run is opened, which no command could finish
-        main(["batch", str(folder), "--cohort", "c", "--db", str(store.path), "--jobs", "0", "--regrade"])
+    for option in ("--jobs", "--recycle"):  # refused before a run is opened, which no command could finish
+        with pytest.raises(SystemExit):
+            main(["batch", str(folder), "--cohort", "c", "--db", str(store.path), option, "0", "--regrade"])
     assert len(store.runs("c")) == 2 and all(r.finished for r in store.runs("c"))
 
 

@@ -368,10 +368,12 @@ def cmd_audit(args):
 
 
 def register(commands):
+    from ..cohort.batch import at_least_one
 
     audit = commands.add_parser("audit", help="mutation audit of the hidden suite: which properties catch which mistakes")
     audit.add_argument("--out", default=str(DEFAULT_OUT), help="folder for audit.json and audit.html (default: %(default)s)")
-    audit.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel grading slots (default: the cores)")
+    audit.add_argument("--jobs", type=at_least_one("the number of grading slots"), default=os.cpu_count() or 1,
+                       help="parallel grading slots (default: the cores)")
     audit.add_argument("--only", action="append", metavar="ID",
                        help="audit only these mutants: a catalog id, a generic id (operator@Class.method#k) or a "
                             "glob such as 'sa_*' or 'axis@*' (repeatable)")

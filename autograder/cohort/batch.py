@@ -371,15 +371,18 @@ def cmd_batch(args):
     return 130 if summary.interrupted else 2 if summary.failures or summary.grader_errors else 0
 
 
-def slots(text):
-    """--jobs as argparse reads it, before any run is opened: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give the number of grading slots, at least 1")
-    return value
+def at_least_one(what):
+    """An argparse type for a count (--jobs, --recycle), refused before any run is opened unless a
+    whole number of at least 1: `what` says what to give."""
+    def count(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what}, at least 1")
+        return value
+    return count
 
 
 def add_store_option(parser):
@@ -391,7 +394,7 @@ def register(commands):
     batch = commands.add_parser("batch", help="grade a cohort's submissions into the SQLite store")
     batch.add_argument("submissions", help="folder of submissions, or a Gradescope 'Export Submissions' zip/folder")
     batch.add_argument("--cohort", required=True, type=cohort_name, help="cohort name in the store")
-    batch.add_argument("--jobs", type=slots, default=os.cpu_count() or 1,
+    batch.add_argument("--jobs", type=at_least_one("the number of grading slots"), default=os.cpu_count() or 1,
                        help="parallel slots (default: the cores; a slot and its worker take turns on "
                             "about one core, and more slots cost more CPU per submission)")
     batch.add_argument("--regrade", action="store_true", help="grade again even if nothing changed")
@@ -399,7 +402,8 @@ def register(commands):
                        help="grade only this entry (its key: file or folder name, with or without .py/.zip/.ipynb; "
                             "repeatable); the cohort's other students keep their results")
     batch.add_argument("--scheduler", help="Dask scheduler address: grade on that cluster (needs the dask extra)")
-    batch.add_argument("--recycle", type=int, default=DEFAULT_RECYCLE,
+    batch.add_argument("--recycle", type=at_least_one("how many submissions a slot grades before it is replaced"),
+                       default=DEFAULT_RECYCLE,
                        help="replace a slot process after this many submissions, or sooner once it has "
                             f"grown by {RECYCLE_GROWTH_MIB} MiB (default: %(default)s)")
     add_store_option(batch)

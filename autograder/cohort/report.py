@@ -401,12 +401,25 @@ def _superseded(run, runs):
                for later in runs)
 
 
-def _command(run, db):
-    """The batch command that resumes `run`: its folder, cohort, --regrade, --only keys and store."""
+def _command(run, db, config, config_path):
+    """The batch command that resumes `run`: its folder, cohort, --regrade, --only keys, store and,
+    where batch's default grading.yml would draw other examples (a run resumes only under the suite
+    it began with), --config: the report's own when it draws as the run did, else a placeholder
+    naming the run."""
     words = ["python -m autograder batch", shlex.quote(run.source), "--cohort", shlex.quote(run.cohort),
              *(["--regrade"] if run.regrade else []), *(f"--only {shlex.quote(key)}" for key in run.scope or ()),
              *([] if Path(db) == DEFAULT_PATH else ["--db", shlex.quote(str(db))])]
+    if _suite_hash_of(grading_config.DEFAULT_PATH) != run.suite_hash:
+        drawn_alike = suite_version(config)[1] == run.suite_hash
+        words += ["--config", shlex.quote(str(config_path)) if drawn_alike else f"<grading.yml of run {run.id}>"]
     return " ".join(words)
+
+
+def _suite_hash_of(path):
+    try:
+        return suite_version(grading_config.load(path))[1]
+    except grading_config.ConfigError:
+        return None
 
 
 def _keys(keys):
@@ -414,8 +427,9 @@ def _keys(keys):
     return ", ".join(keys[:15]) + (f" ... (+{len(keys) - 15})" if len(keys) > 15 else "")
 
 
-def build_view(store, cohort, config, run_id=None, roster=None):
-    """The View of a cohort (run_id None) or of one run, rescored, joined with `roster` if given."""
+def build_view(store, cohort, config, run_id=None, roster=None, config_path=grading_config.DEFAULT_PATH):
+    """The View of a cohort (run_id None) or of one run, rescored, joined with `roster` if given;
+    `config_path`: where `config` was read, for the command that resumes an unfinished run."""
     words = feedback.catalog(config.language)["report"]
     runs = store.runs(cohort)
     if not runs:
@@ -446,7 +460,7 @@ def build_view(store, cohort, config, run_id=None, roster=None):
         template = words["warning_in_progress" if in_progress else
                          "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
-                                             count=counts.get(r.id, 0), expected=r.expected, command=_command(r, store.path)))
+                                             count=counts.get(r.id, 0), expected=r.expected, command=_command(r, store.path, config, config_path)))
     drawn_otherwise = {r.id for r in runs if r.suite_hash != suite_version(config)[1]}
     stale_rows = [g for g in graded if g.run_id in drawn_otherwise]
     if stale_rows:
@@ -527,9 +541,9 @@ def _named(person, fallback):
 
 
 def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=exports.FORMATS,
-                  assignment=exports.DEFAULT_ASSIGNMENT):
+                  assignment=exports.DEFAULT_ASSIGNMENT, config_path=grading_config.DEFAULT_PATH):
     """Write every report of the cohort view (or of one run) into `out`; returns the View."""
-    view = build_view(store, cohort, config, run_id, roster)
+    view = build_view(store, cohort, config, run_id, roster, config_path)
     graded = view.graded
     out = Path(out)
     private_folder(out / "students")
@@ -575,7 +589,8 @@ def cmd_report(args):
     store = Store(args.db, create=False)
     try:
         roster = rosters.read(args.roster) if args.roster else None
-        view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment)
+        view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment,
+                             args.config)
     finally:
         store.close()
     for warning in [*view.warnings, *view.export_warnings]:
