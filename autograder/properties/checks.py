@@ -28,9 +28,10 @@ def rows_sum_to_one(weights):
     expect_close(sums, np.ones_like(sums), "rows_do_not_sum_to_one", atol=ROW_SUM_ATOL, rtol=0)
 
 
-def not_reduced_precision(weights):
-    """After a miss on weights: float32 weights that all fit float16 or bfloat16 were computed in
-    that precision (.half(), .bfloat16(), autocast): named as such, not as the miss it causes.
+def not_reduced_precision(weights, what="weights"):
+    """After a miss on weights (or on `what` else): float32 values that all fit float16 or bfloat16
+    were computed in that precision (.half(), .bfloat16(), autocast): named as such, not as the
+    miss it causes.
     Judged on the weights that are not multiples of 1/64 (uniform weights over a few positions
     fit every precision), one at least (a minimal example may have no more): one float32
     softmax weight fits float16 with probability ~2^-13, on a path that already failed."""
@@ -44,7 +45,8 @@ def not_reduced_precision(weights):
     in_bfloat16 = not np.any(telling.view(np.uint32) & 0xFFFF)
     with np.errstate(over="ignore"):
         in_float16 = bool(np.all(telling.astype(np.float16).astype(np.float32) == telling))
-    require(not (in_bfloat16 or in_float16), "reduced_precision", dtype="bfloat16" if in_bfloat16 else "float16")
+    require(not (in_bfloat16 or in_float16), "reduced_precision", dtype="bfloat16" if in_bfloat16 else "float16",
+            what=what)
 
 
 def dropout_factor(weights, expected, p):
@@ -684,8 +686,10 @@ def gradients_are_the_forwards(module, call, reply, upstream):
     expected = float((upstream * (outputs[2].astype(np.float64) - outputs[3])).sum()) / (2 * PERTURB_STEP)
     scale = float(sum(np.abs(t).sum() for t in terms))
     calling(reply.call)
-    require(abs(got - expected) <= PERTURB_RTOL * max(scale, abs(expected)),
-            "train_gradient_mismatch" if options.get("train") else "own_gradient_mismatch",
+    missed = abs(got - expected) > PERTURB_RTOL * max(scale, abs(expected))
+    if missed:  # a difference of outputs rounded to bfloat16 or float16 is mostly rounding: said so
+        not_reduced_precision(outputs[0], "output" if index == 0 else "weights")
+    require(not missed, "train_gradient_mismatch" if options.get("train") else "own_gradient_mismatch",
             got=float(f"{got:.4g}"), expected=float(f"{expected:.4g}"))
 
 
@@ -1834,6 +1838,7 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
             try:
                 matches_reference(actual, want, bound, code, magnitude, **params)
             except PropertyFailure as failure:
+                not_reduced_precision(actual, what)  # an output returned in bfloat16 or float16 (.half()): said so
                 if i > 0 and second_opinion(lambda: matches_on_a_fresh_module(fresh(), calls[i], i, expected(i), shaped)):
                     code = "stale_after_new_parameters" if calls[i][1].get("reload") else "depends_on_earlier_calls"
                     raise PropertyFailure(code, **{**failure.params, **params}) from None

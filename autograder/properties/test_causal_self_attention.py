@@ -454,10 +454,13 @@ def test_train_dropout(worker, dims, seed, p):
     # Two layers (the statement): setting attn_drop's p leaves resid_drop's at 0.
     require(not clean or later.dropout_p.get("resid_drop") != p, "dropout_layers_shared", p=p)
     # Each layer holds cfg.dropout as given (no cap, no rounding), read from a module built with EXACT_P.
-    exact = another(worker, dims, EXACT_P).dropout_p
-    changed = [f"{name} (p={value})" for name, value in exact.items() if name in ("attn_drop", "resid_drop")
+    exact = another(worker, dims, EXACT_P)
+    changed = [f"{name} (p={value})" for name, value in exact.dropout_p.items() if name in ("attn_drop", "resid_drop")
                and value != EXACT_P]
     require(not changed, "dropout_p_not_kept", p=EXACT_P, layers=changed)
+    # The submission's own Cfg given that p keeps it too (a __post_init__ that rounds it to two
+    # decimals keeps every rate drawn): the module above was built on the grader's dataclass.
+    require(not exact.config_not_kept, "cfg_fields_not_kept", names=exact.config_not_kept)
     for fused in clean:
         evaluated, trained = (output(reply, rows) for reply in later.runs(
             *(((x[:rows["B"]],), {"fused": fused, "train": train, "seed": seed}) for train in (False, True))))

@@ -78,10 +78,29 @@ def _takes_by_name(own, values):
 
 
 def _keeps(made, name, value):
+    """Whether the config object holds `value` as `name`: a plain bool, int, float or str of that
+    value, compared by Python's own types (a float subclass whose __eq__ says yes to any rate is
+    not a value kept)."""
     try:
-        return bool(getattr(made, name) == value)
-    except Exception:  # no such attribute, or a comparison that raises
+        got = getattr(made, name)
+    except Exception:  # no such attribute
         return False
+    return type(got) in (bool, int, float, str) and type(value) in (bool, int, float, str) and got == value
+
+
+def _rate(dropout):
+    """An nn.Dropout's p as the layer holds it (in its __dict__, as nn.Dropout stores it), read as
+    the number it is: a float or int subclass's __float__ or a property cannot answer another
+    rate than the one the layer drops with. None if it holds no number."""
+    p = object.__getattribute__(dropout, "__dict__").get("p")
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        return None
+    return float.__float__(p) if isinstance(p, float) else float(int.__index__(p))
+
+
+# numpy's and torch's comparisons as they are before any submission runs in this process: one
+# that replaces them (np.array_equal = lambda *a, **k: True) changes what its own code sees only.
+_ARRAY_EQUAL = np.array_equal
 
 
 _config_classes = {}
@@ -258,6 +277,7 @@ class Worker:
         self.asked = set()
         watch_autocast(torch, self.asked)
         self.threads = ThreadCount(torch)
+        self.equal = torch.equal  # as it is before any submission runs (see _ARRAY_EQUAL)
         self.torch = torch
         self.path = os.path.abspath(submission_path)
         self.module = None
@@ -379,6 +399,7 @@ class Worker:
         room = MASK_VALUES
         buffers = {}
         for name, b in named_buffers.items():
+            b = self._plain(b)
             shown = b.dtype == self.torch.bool and b.numel() <= room
             room -= b.numel() if shown else 0
             buffers[name] = {"shape": list(b.shape), "dtype": str(b.dtype).replace("torch.", ""),
@@ -388,8 +409,8 @@ class Worker:
             for name, sub in modules.items()
             if isinstance(sub, self.torch.nn.Linear)
         }
-        dropout_p = {name: float(sub.p) for name, sub in modules.items()
-                     if isinstance(sub, self.torch.nn.Dropout) and isinstance(sub.p, (int, float))}
+        dropout_p = {name: _rate(sub) for name, sub in modules.items()
+                     if isinstance(sub, self.torch.nn.Dropout) and _rate(sub) is not None}
         return {"buffers": buffers, "state_dict": sorted(set(persistent)), "linear_bias": linear_bias,
                 "dropout_p": dropout_p}
 
@@ -437,7 +458,7 @@ class Worker:
             module = copy.deepcopy(module).double()
         params, buffers, _, submodules, _ = members(module, self.layers[handle])
         # boolean buffers (masks) as they were: a call must leave them so (see buffers_changed below)
-        masks = {name: b.clone() for name, b in buffers.items()
+        masks = {name: b.clone() for name, b in ((name, self._plain(b)) for name, b in buffers.items())
                  if b.dtype == torch.bool and b.device.type == "cpu" and b.numel() <= MASK_VALUES}
         if any(sub.training != train for sub in submodules.values()):
             # train() walks every submodule through nn.Module.__setattr__: ~80 µs a call here,
@@ -490,7 +511,7 @@ class Worker:
                     raise StudentError("output_dtype", str(value.dtype).replace("torch.", ""))
         returned = [self._to_numpy(v) for v in outputs]
         reply = {"outputs": returned, "traced": traced,
-                 **self._masks_changed(module, masks),
+                 **self._masks_changed(module, masks, self.layers[handle]),
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)
                                     or self._version_of(given[name]) != versions.get(name)),
@@ -509,7 +530,7 @@ class Worker:
                                         for name, leaf in leaves.items()}
         return reply
 
-    def _masks_changed(self, module, masks):
+    def _masks_changed(self, module, masks, layers):
         """{"buffers_changed": names} for the boolean buffers a call left with other values (or
         another tensor of other values in their place: `self.mask = ~self.mask`), {} when none: a
         mask flipped in place on every call is right one call in two, and the properties that meet
@@ -517,16 +538,17 @@ class Worker:
         cropped to its leading block (`self.mask = self.mask[:, :, :T, :T]`) keeps its values
         there: what fails is a longer call, `shapes`' business."""
         changed = []
+        buffers = members(module, layers)[1]  # nn.Module's dictionaries, not its (overridable) get_buffer
         for name, before in masks.items():
-            try:
-                after = module.get_buffer(name)
-            except AttributeError:
+            if name not in buffers:
                 continue  # removed: not a change of values the next call reads
+            after = self._plain(buffers[name])
             if after.dtype == before.dtype and after.dim() == before.dim() and all(
                     a <= b for a, b in zip(after.shape, before.shape)):
                 before = before[tuple(slice(0, a) for a in after.shape)]  # cropped: a longer call's business
-                if self.torch.equal(after, before):
-                    continue
+                with self.torch._C.DisableTorchFunctionSubclass():
+                    if self.equal(after, before):
+                        continue
             changed.append(name)
         return {"buffers_changed": changed[:wire.MAX_DIMENSIONS]} if changed else {}
 
@@ -698,15 +720,27 @@ class Worker:
             now = torch.Tensor.detach(tensor).cpu().numpy()
         if now.tobytes() == sent.tobytes():  # the usual answer, in a µs; else compare the values
             return False
-        return not np.array_equal(now, sent, equal_nan=sent.dtype.kind == "f")
+        return not _ARRAY_EQUAL(now, sent, equal_nan=sent.dtype.kind == "f")
+
+    def _plain(self, tensor):
+        """The tensor as a plain torch.Tensor of the same data: its dtype, shape and device as they
+        are, whatever a subclass's properties or __torch_function__ would answer (a float mask
+        that says it is boolean)."""
+        torch = self.torch
+        with torch._C.DisableTorchFunctionSubclass():
+            return torch._C.TensorBase.as_subclass(tensor, torch.Tensor)
 
     def _to_numpy(self, tensor):
-        """The plain values of a tensor: a subclass's __torch_function__ never sees this call."""
+        """The plain values of a tensor: a subclass's __torch_function__ never sees this call. A
+        floating dtype numpy lacks (bfloat16, float8) comes as float32, which holds its values
+        exactly: the grader names the reduced precision from them."""
         torch = self.torch
         with torch._C.DisableTorchFunctionSubclass():
             tensor = torch.Tensor.detach(tensor)
             if tensor.device.type == "meta":
                 return {"meta_shape": list(tensor.shape)}
+            if tensor.dtype.is_floating_point and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+                tensor = tensor.to(torch.float32)
             array = tensor.cpu().contiguous().numpy()
         if array.dtype not in wire.DTYPE_NAMES:
             array = array.astype(np.float32)
