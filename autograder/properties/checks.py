@@ -906,6 +906,30 @@ def survivors_rescaled(trained, evaluated, p):
                  p=p, scale=round(1.0 / (1.0 - p), 4))
 
 
+def used_at_a_high_rate(trained, evaluated, p, what, layer=None, path=None):
+    """At a rate no example draws (strategies.EXACT_P, near 1), dropout acts with that rate: what
+    it kept (entries of `trained` that are not 0 where eval's `evaluated` are not) is eval's divided
+    by (1 - p), and about a fraction p was dropped. A layer that keeps p as given while forward uses
+    another (F.dropout(w, min(self.dropout.p, 0.9)), dropout_p=round(p, 2) in the fused path) is
+    right at every rate drawn and shows only here. With no entry kept nothing is judged on the
+    factor (a correct module keeps none with probability (1 - p)^total). Named as a layer's
+    (`layer`, `path`: CausalSelfAttention's, read from its output) or as the weights'."""
+    live = evaluated != 0
+    kept = (trained != 0) & live
+    total, dropped = int(live.sum()), int(((trained == 0) & live).sum())
+    scale = 1.0 / (1.0 - p)
+    if kept.any() and not np.all(near(trained[kept], evaluated[kept] * scale)):
+        ratios = trained[kept] / evaluated[kept]
+        factor = float(np.median(ratios[np.abs(evaluated[kept]) >= np.median(np.abs(evaluated[kept]))]))
+        measured = round(1.0 - 1.0 / factor, 3) if factor > 1 else 0.0
+        if layer is not None:
+            raise PropertyFailure("layer_dropout_ignores_p", p=p, path=path, layer=layer, factor=round(factor, 4),
+                                  scale=round(scale, 4), measured=measured)
+        raise PropertyFailure("dropout_ignores_p", p=p, factor=round(factor, 4), measured=measured,
+                              fraction=round(dropped / total, 3), scale=round(scale, 4))
+    dropout_rate(dropped, total, p, what)
+
+
 def near(got, want):
     """Entrywise: got within float32's rounding of a train-mode output (1e-4 relative, plus 1e-4)
     of want; far enough apart that a rescale by 1/(1 - 0.004) shows."""

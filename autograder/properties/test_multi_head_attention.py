@@ -369,7 +369,7 @@ def rare_dropout(worker, dims):
 
 def longest_dropout(worker, dims):
     """train_dropout on the longest sequences (strategies.LONGEST_*): the weights dropped as at
-    the strategies' sizes, at the rare rate too (RARE_P, its rate measured), and the output
+    the strategies' sizes, at the rare, tiny and high rates too (RARE_P, TINY_P, EXACT_P), and the output
     computed from them. Judged where eval gives the same
     weights twice (dropout left on in eval is eval_deterministic's to name), the output from them
     only where the eval output is that function of the eval weights (a W_O or W_V mistake after
@@ -398,6 +398,10 @@ def longest_dropout(worker, dims):
     tiny = loaded(worker, dims, dropout=TINY_P)[0]
     checks.dropped_at_a_tiny_rate(int(((outputs(tiny.run(*args, train=True, seed=4), dims)[1] == 0) & live).sum()),
                                   int(live.sum()), TINY_P, "weights")
+    # and at a rate near 1 (~2k weights kept): the rate the layer holds is the one forward uses
+    # (F.dropout(weights, min(self.dropout.p, 0.9), ...) keeps p as given, and every rate drawn)
+    high = loaded(worker, dims, dropout=EXACT_P)[0]
+    checks.used_at_a_high_rate(outputs(high.run(*args, train=True, seed=5), dims)[1], evaluated, EXACT_P, "weights")
     value = args[2].astype(np.float64)
     from_eval = reference.multi_head_output_from_weights(module.params, dims["h"], value, evaluated)
     if not np.allclose(eval_output, from_eval, atol=1e-5, rtol=1e-4):
