@@ -546,9 +546,9 @@ def test_an_output_of_another_dtype_reaches_no_arithmetic_and_fails_as_its_dtype
     assert odd.values(0) is None and harness.Reply({"outputs": []}).values(0) is None
     assert plain.values(0).dtype == np.float64
     with pytest.raises(PropertyFailure) as failed:
-        checks._same_without_autograd(odd, plain)
+        checks._same_without_autograd(odd, plain, None, ((), {}))
     assert failed.value.code == "dtype_mismatch"
-    checks._same_without_autograd(odd, odd)  # nothing float to compare: another property's to name
+    checks._same_without_autograd(odd, odd, None, ((), {}))  # nothing float to compare: another property's to name
 
 
 def _softmax(scores, axis=-1):

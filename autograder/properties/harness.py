@@ -14,7 +14,7 @@ from ..exercise import EXERCISE
 from ..worker import parameters
 from ..worker.client import MAX_REQUESTS
 from ..worker.submission_errors import SubmissionError, SubmissionHalted
-from .failures import PropertyFailure, as_array, calling, exchanged
+from .failures import PropertyFailure, as_array, call_at_fault, calling, exchanged
 
 # Parameters the grader will draw float64 values for, summed over a module: far above any
 # module of the exercise, and a bound on what a forged build reply can make the grader allocate.
@@ -259,9 +259,11 @@ class Remote:
             as_bool = None if _MASK_FORMS_JUDGED or not error.raised else self._restored(_with_bool_masks(calls))
             if as_bool is None:
                 raise
+            at_fault = call_at_fault()
             try:
                 return self._runs(as_bool)
             except SubmissionError:
+                calling(at_fault)  # the example shows the call that failed first, with its mask as sent
                 raise error from None
 
     def runs_in_exchanges(self, calls):

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import checks, reference
-from .failures import PropertyFailure, calling, close, example, example_dims, expect_close, require
+from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
 from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
@@ -559,7 +559,9 @@ def test_train_dropout(worker, dims, seed, p):
             raise
         return
     example_dims(**sizes)  # what the failures below are about: that module, not the example's
+    built_by_position = call_at_fault()  # Cfg(n_embd, n_head)'s build
     cfg_by_position(default, sizes)
+    calling(built_by_position)  # cfg_by_position built others since
     given = later.buffers.get("mask")
     if mask is not None and given is not None and given["shape"] == [1, 1, dims["block_size"], dims["block_size"]]:
         block = fields["block_size"]

@@ -125,7 +125,9 @@ def raised_before_layers(worker, d_model, heads, per_head):
     try:
         after, seeded = output(True), output(False)
         if not np.array_equal(after, seeded, equal_nan=True):
-            require(not np.array_equal(seeded, output(False), equal_nan=True), "divisibility_after_layers",
+            again = output(False)
+            calling(None)  # the failure is the constructor's that raised (its message names it), not these calls'
+            require(not np.array_equal(seeded, again, equal_nan=True), "divisibility_after_layers",
                     d_model=d_model, h=heads)
     except SubmissionError as error:
         if not error.raised:
@@ -400,6 +402,7 @@ def longest_dropout(worker, dims):
                                   int(live.sum()), TINY_P, "weights")
     # and at a rate near 1 (~2k weights kept): the rate the layer holds is the one forward uses
     # (F.dropout(weights, min(self.dropout.p, 0.9), ...) keeps p as given, and every rate drawn)
+    example_dims(**dims, dropout=EXACT_P)
     high = loaded(worker, dims, dropout=EXACT_P)[0]
     checks.used_at_a_high_rate(outputs(high.run(*args, train=True, seed=5), dims)[1], evaluated, EXACT_P, "weights")
     value = args[2].astype(np.float64)
@@ -486,6 +489,7 @@ def test_train_dropout(worker, dims, seed, p):
         example_dims(**dims, dropout=p)
         # Built as MultiHeadAttention(d_model, num_heads), by position as the signature orders them:
         # the default, dropout=0.1 (and no other order, such as the Annotated Transformer's).
+        example_dims(**dims)  # built without dropout: the example names none
         default = Remote(worker, CLS, positional=("d_model", "num_heads"), d_model=dims["d_model"], num_heads=dims["h"])
         try:
             default.build()
@@ -507,6 +511,7 @@ def test_train_dropout(worker, dims, seed, p):
         # With dropout=0 too: no nn.Identity (built only then: its example is dropout=0); and at
         # EXACT_P, the p as given (no cap, no rounding).
         for rate in (p, 0.0, EXACT_P):
+            example_dims(**dims, dropout=rate)
             built = module if rate == p else build(worker, dims, rate)
             found = built.dropout_p
             require("dropout" not in found or found["dropout"] == rate, "dropout_p_not_kept", p=rate,
