@@ -10,6 +10,7 @@ import pytest
 from autograder.properties import checks, failures, harness, reference
 from autograder.properties.failures import PropertyFailure
 from autograder.worker import parameters
+from autograder.properties.strategies import EXACT_P
 
 pytestmark = pytest.mark.unit
 
@@ -745,3 +746,24 @@ def test_a_mask_that_changes_the_shapes_on_the_device_is_left_to_masked_zero(mas
     except PropertyFailure as failure:
         got = failure.code
     assert (got if got is None or isinstance(got, str) else "reply") == outcome
+
+
+def test_a_dropout_used_at_its_p_passes_the_high_rate_check_and_a_capped_one_never_does():
+    """used_at_a_high_rate at EXACT_P on 240 weights (rare_dropout's call): a correct dropout
+    (float32, any draw) passes every one of 3000 draws, including those where it keeps nothing; one
+    whose rate is capped at 0.9 where forward uses it fails every one, as a wrong factor."""
+    rng = np.random.default_rng(0)
+    evaluated = _softmax(rng.standard_normal((1, 2, 12, 10))).astype(np.float32)
+    p = EXACT_P
+    codes = []
+    for rate, trials in ((p, 3000), (0.9, 300)):
+        for _ in range(trials):
+            keep = rng.random(evaluated.shape) >= rate
+            trained = np.where(keep, evaluated / np.float32(1 - rate), 0).astype(np.float32)
+            try:
+                checks.used_at_a_high_rate(trained, evaluated, p, "weights")
+                codes.append((rate, None))
+            except PropertyFailure as failure:
+                codes.append((rate, failure.code))
+    assert {code for rate, code in codes if rate == p} == {None}
+    assert {code for rate, code in codes if rate == 0.9} == {"dropout_ignores_p"}

@@ -356,7 +356,7 @@ def test_eval_deterministic(worker, dims, seed):
 def rare_dropout(worker, dims):
     """train_dropout at a rate no strategy draws (strategies.RARE_P), the weights of RARE_CALLS
     calls: dropped somewhere, and the survivors divided by (1 - p) (checks.survivors_rescaled:
-    a dropout that skips the rescale where p is small). The rescale is judged where eval gives the
+    a dropout that skips the rescale where p is small); then at EXACT_P, near 1. The rescale is judged where eval gives the
     same weights under two seeds (dropout left on in eval is eval_deterministic's)."""
     module, rng = loaded(worker, dims, dropout=RARE_P)
     args = cross_inputs(rng, dims)
@@ -367,11 +367,17 @@ def rare_dropout(worker, dims):
     if np.array_equal(evaluated, again, equal_nan=True):
         for trained in weights:
             checks.survivors_rescaled(trained, evaluated, RARE_P)
+        # and at a rate near 1 (EXACT_P; ~3 weights of a call kept, ~24 under a cap at 0.9): the
+        # rate the layer holds is the one forward uses (F.dropout(weights, min(self.dropout.p, 0.9),
+        # ...) keeps p as given, and is right at every rate drawn)
+        example_dims(**dims, dropout=EXACT_P)
+        high = loaded(worker, dims, dropout=EXACT_P)[0]
+        checks.used_at_a_high_rate(outputs(high.run(*args, train=True, seed=5), dims)[1], evaluated, EXACT_P, "weights")
 
 
 def longest_dropout(worker, dims):
     """train_dropout on the longest sequences (strategies.LONGEST_*): the weights dropped as at
-    the strategies' sizes, at the rare, tiny and high rates too (RARE_P, TINY_P, EXACT_P), and the output
+    the strategies' sizes, at the rare rate too (RARE_P, its rate measured), and the output
     computed from them. Judged where eval gives the same
     weights twice (dropout left on in eval is eval_deterministic's to name), the output from them
     only where the eval output is that function of the eval weights (a W_O or W_V mistake after
@@ -400,11 +406,6 @@ def longest_dropout(worker, dims):
     tiny = loaded(worker, dims, dropout=TINY_P)[0]
     checks.dropped_at_a_tiny_rate(int(((outputs(tiny.run(*args, train=True, seed=4), dims)[1] == 0) & live).sum()),
                                   int(live.sum()), TINY_P, "weights")
-    # and at a rate near 1 (~2k weights kept): the rate the layer holds is the one forward uses
-    # (F.dropout(weights, min(self.dropout.p, 0.9), ...) keeps p as given, and every rate drawn)
-    example_dims(**dims, dropout=EXACT_P)
-    high = loaded(worker, dims, dropout=EXACT_P)[0]
-    checks.used_at_a_high_rate(outputs(high.run(*args, train=True, seed=5), dims)[1], evaluated, EXACT_P, "weights")
     value = args[2].astype(np.float64)
     from_eval = reference.multi_head_output_from_weights(module.params, dims["h"], value, evaluated)
     if not np.allclose(eval_output, from_eval, atol=1e-5, rtol=1e-4):
