@@ -92,6 +92,7 @@ AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_pla
              "sa_learnable_temperature_dotted_name": "sa_learnable_temperature",
              "sa_temperature_under_empty_key": "sa_learnable_temperature",
              "sa_temperature_zero_width_name": "sa_learnable_temperature",
+             "sa_temperature_behind_an_empty_shape": "sa_learnable_temperature",
              "causal_float_mask_behind_a_bool_dtype": "causal_mask_buffer_float",
              "causal_dropout_p_capped_behind_a_float_subclass": "causal_dropout_p_capped_at_0_9"}
 # Hostile files that hide their mistake from the check that names it (an excuse beaten by behaving

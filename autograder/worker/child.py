@@ -372,7 +372,7 @@ class Worker:
         lazy = sorted(name for name, p in own.items() if isinstance(p, self.torch.nn.parameter.UninitializedParameter))
         if lazy:  # nn.LazyLinear: no shape until a first forward, which no statement's layer waits for
             raise StudentError("uninitialized_parameters", ", ".join(lazy)[:200])
-        shapes = {name: list(p.shape) for name, p in own.items()}
+        shapes = {name: list(self._plain(p).shape) for name, p in own.items()}
         if load is not None:
             values = parameters.draw(np.random.default_rng(load["seed"]), shapes, load["layers"], load.get("scale"),
                                      load.get("unbiased", ()))
@@ -521,10 +521,8 @@ class Worker:
                                     if isinstance(a, np.ndarray) and str(v.dtype) == "torch." + wire.DTYPE_NAMES[a.dtype]])
         if grad:
             self._backward(outputs[backward_from], seed, upstream)  # past the outputs: IndexError, an exception
-            reply["grads"] = {
-                name: None if p.grad is None else self._to_numpy(p.grad)
-                for name, p in params.items()
-            }
+            grads = {name: self._grad_of(p) for name, p in params.items()}
+            reply["grads"] = {name: None if g is None else self._to_numpy(g) for name, g in grads.items()}
             if leaves:
                 reply["input_grads"] = {name: None if leaf.grad is None else self._to_numpy(leaf.grad)
                                         for name, leaf in leaves.items()}
@@ -557,7 +555,7 @@ class Worker:
         """The module's parameters moved by perturb["step"] along parameters.direction(perturb["seed"])
         (through .data, as _load writes), and put back exactly afterwards."""
         own = members(module, layers)[0]
-        moves = parameters.direction(perturb["seed"], {name: list(p.shape) for name, p in own.items()})
+        moves = parameters.direction(perturb["seed"], {name: list(self._plain(p).shape) for name, p in own.items()})
         saved = {name: p.detach().clone() for name, p in own.items()}
         with self.torch.no_grad():
             for name, p in own.items():
@@ -729,6 +727,11 @@ class Worker:
         torch = self.torch
         with torch._C.DisableTorchFunctionSubclass():
             return torch._C.TensorBase.as_subclass(tensor, torch.Tensor)
+
+    def _grad_of(self, parameter):
+        """A parameter's .grad as autograd left it, whatever a subclass's `grad` property answers."""
+        with self.torch._C.DisableTorchFunctionSubclass():
+            return self.torch._C.TensorBase.grad.__get__(parameter)
 
     def _to_numpy(self, tensor):
         """The plain values of a tensor: a subclass's __torch_function__ never sees this call. A
