@@ -404,8 +404,8 @@ class Worker:
             room -= b.numel() if shown else 0
             buffers[name] = {"shape": list(b.shape), "dtype": str(b.dtype).replace("torch.", ""),
                              "persistent": name in persistent, "values": self._to_numpy(b) if shown else None}
-        linear_bias = {
-            name: sub.bias is not None
+        linear_bias = {  # from the layer's own parameters, not a `bias` attribute a subclass may answer
+            name: object.__getattribute__(sub, "__dict__").get("_parameters", {}).get("bias") is not None
             for name, sub in modules.items()
             if isinstance(sub, self.torch.nn.Linear)
         }
