@@ -93,6 +93,7 @@ AS_HONEST = {"mha_mask_relabelled_after_unsqueeze_": "mha_mask_unsqueezed_in_pla
              "sa_temperature_under_empty_key": "sa_learnable_temperature",
              "sa_temperature_zero_width_name": "sa_learnable_temperature",
              "sa_temperature_behind_an_empty_shape": "sa_learnable_temperature",
+             "mha_two_buffers_refilled_through_data": "mha_weights_in_two_buffers_in_turn",
              "causal_float_mask_behind_a_bool_dtype": "causal_mask_buffer_float",
              "causal_dropout_p_capped_behind_a_float_subclass": "causal_dropout_p_capped_at_0_9"}
 # Hostile files that hide their mistake from the check that names it (an excuse beaten by behaving
@@ -115,7 +116,8 @@ NO_BETTER = {"sa_backward_hidden_by_a_remembered_input": "sa_softmax_backward_wr
              "sa_weights_backward_wrong_behind_sdpa_output": "sa_weights_softmax_detached_normaliser",
              "csa_dropout_redrawn_in_backward_only_with_autograd": "causal_dropout_mask_redrawn_in_backward",
              "mha_dropout_redrawn_in_backward_only_with_autograd": "mha_dropout_mask_redrawn_in_backward",
-             "mha_packed_kv_through_data_when_key_is_value": "mha_packed_kv_through_data"}
+             "mha_packed_kv_through_data_when_key_is_value": "mha_packed_kv_through_data",
+             "sa_temperature_behind_a_parameters_property": "sa_learnable_temperature"}
 # The honest files graded beside the corpus, for the comparisons above.
 REFERENCES = {"reference": ROOT / "solutions" / "attention.py",
               **{name: ROOT / "tests" / "submissions" / "buggy" / f"{name}.py"
@@ -387,6 +389,8 @@ MESSAGES = [
     ("csa_memory_hog", "CausalSelfAttention", "CausalSelfAttention.forward usó más de {memory} MiB de memoria"),
     ("csa_sys_exit_in_forward", "CausalSelfAttention", "CausalSelfAttention.forward lanzó SystemExit en la línea {line}"),
     ("sa_lying_tensor", "SelfAttention", "SelfAttention.forward devolvió un valor de tipo Liar: debe devolver torch.Tensor"),
+    ("sa_temperature_behind_a_parameters_property", "SelfAttention",
+     "Una clase de tu módulo redefine tablas internas de nn.Module (SelfAttention: _parameters)"),
     ("surrogate_message", "SelfAttention", "Importar tu archivo falló en la línea {line} (RuntimeError): boom \ufffd \ufffd fin"),
     # An exception that cannot be read: its class's first base with a class name, its line, no message.
     ("sa_unprintable_exception", "SelfAttention", "SelfAttention.forward lanzó RuntimeError en la línea {line}."),
@@ -597,7 +601,7 @@ def test_uid_leases_are_exclusive_until_released():
 def test_feedback_catalogs_cover_every_failure_kind():
     from autograder.worker.submission_errors import KINDS
 
-    assert len(KINDS) == 28  # output_dtype: a complex output; uninitialized_parameters: lazy layers
+    assert len(KINDS) == 29  # output_dtype: a complex output; uninitialized_parameters: lazy layers; module_internals
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)

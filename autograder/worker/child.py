@@ -110,6 +110,28 @@ _config_classes = {}
 # every call, or every few calls in turn).
 KEPT_CALLS = 8
 
+# Entries of an output whose values an earlier call keeps (see Worker._keep_outputs): 256 KiB of
+# float32, 8 calls back.
+KEPT_VALUES = 1 << 16
+
+# nn.Module's own tables, which members() reads from the instance's dictionary while nn.Module's
+# code reads them by attribute: a class that defines one of them (a property `_parameters` that
+# adds a parameter, a `__dict__` property) would show the grader one module and torch another.
+MODULE_INTERNALS = ("__dict__", "__getattribute__", "_parameters", "_buffers", "_modules",
+                    "_non_persistent_buffers_set")
+_redefined = {}  # type -> the MODULE_INTERNALS its classes redefine
+
+
+def redefined_internals(kind):
+    """The MODULE_INTERNALS a module's class or one of its bases defines (the instance dictionary's
+    own descriptor aside), memoized by class."""
+    if kind not in _redefined:
+        _redefined[kind] = sorted({name for klass in kind.__mro__ if klass is not object
+                                   for name in MODULE_INTERNALS if name in vars(klass)
+                                   and type(vars(klass)[name]).__name__ != "getset_descriptor"})
+    return _redefined[kind]
+
+
 # Names members() records at most: a module shared along many paths (the same layer in nested
 # lists) has exponentially many; past this, a module already seen is not walked again.
 MAX_NAMES = 4096
@@ -146,6 +168,9 @@ def members(module, preferred=(), aliases=None):
         if id(current) in above or (id(current) in walked and len(regular_modules) + len(irregular_modules) > MAX_NAMES):
             return
         walked.add(id(current))
+        redefined = redefined_internals(type(current))
+        if redefined:
+            raise StudentError("module_internals", f"{type(current).__name__}: {', '.join(redefined)}")
         own = object.__getattribute__(current, "__dict__")
         dotted = prefix + "." if prefix else ""
         skipped = own.get("_non_persistent_buffers_set", ())
@@ -593,9 +618,12 @@ class Worker:
             return None if torch.Tensor.is_inference(tensor) else torch.Tensor._version.__get__(tensor)
 
     def _keep_outputs(self, handle, kept):
-        """Keep one call's outputs ahead of the earlier calls' (whose values are let go: their
-        versions are enough), KEPT_CALLS calls at most."""
-        earlier = [[(tensor, None, version) for tensor, _, version in call] for call in self.last_outputs.get(handle, [])]
+        """Keep one call's outputs ahead of the earlier calls', KEPT_CALLS calls at most. Earlier
+        calls keep their values up to KEPT_VALUES entries an output (a write through `.data` counts
+        in no `_version`: two buffers used in turn and refilled so scored 48 for a file worth 45);
+        larger ones only their version."""
+        earlier = [[(tensor, values if values is not None and values.size <= KEPT_VALUES else None, version)
+                    for tensor, values, version in call] for call in self.last_outputs.get(handle, [])]
         self.last_outputs[handle] = [kept, *earlier][:KEPT_CALLS]
 
     @staticmethod
@@ -846,6 +874,16 @@ class GlobalSettings:
         for kind in ("fp16", "bf16"):
             attribute = f"allow_{kind}_reduced_precision_reduction"
             entries[f"torch.backends.cuda.matmul.{attribute}"] = _attribute(matmul, attribute)
+        # lower precision too, found unwatched by an outside attacker: half-precision accumulation,
+        # sdp's math kernel reducing in half precision, denormals flushed to zero (no getter: probed)
+        if hasattr(matmul, "allow_fp16_accumulation"):
+            entries["torch.backends.cuda.matmul.allow_fp16_accumulation"] = _attribute(matmul, "allow_fp16_accumulation")
+        if hasattr(cuda, "allow_fp16_bf16_reduction_math_sdp"):
+            entries["torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp"] = (
+                cuda.fp16_bf16_reduction_math_sdp_allowed, cuda.allow_fp16_bf16_reduction_math_sdp)
+        denormal, times = torch.tensor([1e-40]), torch.mul
+        entries["torch.set_flush_denormal"] = (lambda: bool(times(denormal, 1.0).item() == 0.0),
+                                               torch.set_flush_denormal)
         for kernel in ("flash", "mem_efficient", "math", "cudnn"):
             entries[f"torch.backends.cuda.enable_{kernel}_sdp"] = (getattr(cuda, f"{kernel}_sdp_enabled"),
                                                                   getattr(cuda, f"enable_{kernel}_sdp"))

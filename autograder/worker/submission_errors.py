@@ -25,6 +25,7 @@ KINDS = {
     "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
     "not_a_module": Kind(reported=True, input_dependent=True),
     "uninitialized_parameters": Kind(reported=True, input_dependent=True),
+    "module_internals": Kind(reported=True, input_dependent=True),
     "output_shape": Kind(reported=True, input_dependent=True),
     "output_dtype": Kind(reported=True, input_dependent=True),
     "grad_disabled": Kind(reported=True, input_dependent=True),
@@ -76,7 +77,7 @@ class SubmissionError(Exception):
     def raised(self):
         """The submission's own code raised (rather than timing out, crashing or overusing), or
         built a module whose lazy layers have no size yet, as good as a constructor that raised."""
-        return self.kind in ("exception", "uninitialized_parameters")
+        return self.kind in ("exception", "uninitialized_parameters", "module_internals")
 
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
