@@ -260,18 +260,23 @@ def rows_differ(weights, expected):
 # SIMILARITY_RTOL of the log-weights' spread, plus SIMILARITY_ATOL: a softmax taken in bfloat16 (3
 # digits) leaves ~4e-3 there, float32 ~1e-6; weights that are no similarity leave 0.3 to 0.8 of it.
 SIMILARITY_FLOOR, SIMILARITY_RTOL, SIMILARITY_ATOL = 1e-12, 0.05, 0.01
+# scores_from_similarity's floor for weights read back from an output returned in float32 (its
+# rounding, ~1e-7 of the output, leaves weights above this with logs right to ~1e-3).
+FLOAT32_FLOOR = 1e-3
 # The factor on the input of scores_from_similarity's second call.
 INPUT_FACTOR = 2.0
 
 
-def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
+def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR, floor=SIMILARITY_FLOOR):
     """Weights of attention are a softmax, over keys, of scores that are quadratic forms of the
     input (q_i·k_j with q and k linear in it, whatever projection, layout of the heads or scale):
     with the input multiplied by `factor`, log w_ij grows by factor² times itself plus a term of
     the row (the softmax's normaliser; a bias of the keys) and one of the column (a bias of the
     queries; a softmax over the queries). weights and scaled_weights (B, H, Tq, Tk): the module's
     at the input and at factor times it. Weights that move with queries and keys in any other way
-    (a hash of their values, a function of their sums: no similarity) leave a residual."""
+    (a hash of their values, a function of their sums: no similarity) leave a residual. floor:
+    the smallest weight fitted (FLOAT32_FLOOR for weights read back from a float32 output, whose
+    rounding leaves the log of smaller ones to noise)."""
     B, H, Tq, Tk = weights.shape
     rows = np.zeros((B, Tq, Tk, B * Tq))
     cols = np.zeros((B, Tq, Tk, B * Tk))
@@ -282,7 +287,7 @@ def scores_from_similarity(weights, scaled_weights, factor=INPUT_FACTOR):
     for head in range(H):
         w, scaled = weights[:, head], scaled_weights[:, head]
         with np.errstate(invalid="ignore"):
-            used = np.isfinite(w) & np.isfinite(scaled) & (w > SIMILARITY_FLOOR) & (scaled > SIMILARITY_FLOOR)
+            used = np.isfinite(w) & np.isfinite(scaled) & (w > floor) & (scaled > floor)
         # These calls have no mask: a softmax gives every key a weight, far above SIMILARITY_FLOOR at
         # these inputs. Too few to fit is most keys kept out of every row (a window of one or two
         # keys, a top-k), which no similarity of queries and keys does.
