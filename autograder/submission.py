@@ -621,6 +621,15 @@ def notebook_source(text, name="notebook.ipynb"):
     return _module([(s.text, s.cell, s.line) for s in kept])
 
 
+def _writing_cells(writes):
+    """{module: the cells that write it}, from writes ({cell: the modules it writes})."""
+    writing = {}
+    for cell, modules in writes.items():
+        for module in modules:
+            writing.setdefault(module, set()).add(cell)
+    return writing
+
+
 def _reimported(statements, writes):
     """statements, each `from m import name` of a module m a cell writes (a "reimport") replaced by
     a copy of the written module's binding of each name that a statement of another cell rebound
@@ -629,10 +638,7 @@ def _reimported(statements, writes):
     part of this one, the copy does (and maps to the module's cell). Nothing where none was.
     At most REIMPORT_STEPS bindings are looked at in all (a notebook of 100k `from m import *`
     lines must not cost the grader's process minutes): past them, imports are dropped as before."""
-    writing = {}
-    for cell, modules in writes.items():
-        for module in modules:
-            writing.setdefault(module, set()).add(cell)
+    writing = _writing_cells(writes)
     public = {}  # module -> the public names its cells bind, in the order bound, for `from m import *`
     for statement in statements:
         if statement.kind not in ("reimport", "star"):
@@ -681,12 +687,9 @@ def _read_through_aliases(statements, writes):
     writing those modules bind: what the module may read of them. Indexed by module and memoized
     by the names an alias imports, so that it takes time linear in the statements (compared one
     by one, 233k `import c` lines against each other were hours in the grader, before any limit)."""
-    bound_in, writing = {}, {}
+    bound_in, writing = {}, _writing_cells(writes)
     for statement in statements:
         bound_in.setdefault(statement.cell, set()).update(statement.binds)
-    for cell, modules in writes.items():
-        for module in modules:
-            writing.setdefault(module, set()).add(cell)
     found = {}
     for alias in (s for s in statements if s.kind == "alias"):
         names = frozenset(alias.reads)

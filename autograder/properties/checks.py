@@ -718,9 +718,9 @@ def _same_without_autograd(reply, again, module, call):
         got = as_array(raw, plain.shape, "output")  # of another dtype with autograd on (bool, say): dtype_mismatch
         if call[1].get("train") and not np.allclose(got, plain, atol=1e-6, rtol=1e-5, equal_nan=True):
             once_more = module.run(*call[0], **without_autograd(call[1]))
-            if isinstance(once_more.values(0), np.ndarray) and once_more.values(0).shape == plain.shape:
-                dropout_follows_seed(plain, once_more.values(0), module.kwargs.get("dropout"), "output",
-                                     call=once_more.call)
+            redrawn = once_more.values(0)
+            if isinstance(redrawn, np.ndarray) and redrawn.shape == plain.shape:
+                dropout_follows_seed(plain, redrawn, module.kwargs.get("dropout"), "output", call=once_more.call)
             calling(reply.call)
         expect_close(got, plain, "output_changes_with_grad_mode", atol=1e-6, rtol=1e-5)
 

@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import traceback
+import types
 
 # Off while the grader's modules and torch load (on again in Worker.__init__, before any student
 # code runs): the collections an import of torch triggers are ~0.3 CPU-s of its ~3.
@@ -128,7 +129,7 @@ def redefined_internals(kind):
     if kind not in _redefined:
         _redefined[kind] = sorted({name for klass in kind.__mro__ if klass is not object
                                    for name in MODULE_INTERNALS if name in vars(klass)
-                                   and type(vars(klass)[name]).__name__ != "getset_descriptor"})
+                                   and not isinstance(vars(klass)[name], types.GetSetDescriptorType)})
     return _redefined[kind]
 
 
@@ -434,8 +435,8 @@ class Worker:
             for name, sub in modules.items()
             if isinstance(sub, self.torch.nn.Linear)
         }
-        dropout_p = {name: _rate(sub) for name, sub in modules.items()
-                     if isinstance(sub, self.torch.nn.Dropout) and _rate(sub) is not None}
+        dropout_p = {name: rate for name, sub in modules.items()
+                     if isinstance(sub, self.torch.nn.Dropout) and (rate := _rate(sub)) is not None}
         return {"buffers": buffers, "state_dict": sorted(set(persistent)), "linear_bias": linear_bias,
                 "dropout_p": dropout_p}
 
@@ -560,6 +561,8 @@ class Worker:
         the other calls would name other things (contiguity, dropout, the signature). A buffer
         cropped to its leading block (`self.mask = self.mask[:, :, :T, :T]`) keeps its values
         there: what fails is a longer call, `shapes`' business."""
+        if not masks:
+            return {}
         changed = []
         buffers = members(module, layers)[1]  # nn.Module's dictionaries, not its (overridable) get_buffer
         for name, before in masks.items():

@@ -76,7 +76,8 @@ class SubmissionError(Exception):
     @property
     def raised(self):
         """The submission's own code raised (rather than timing out, crashing or overusing), or
-        built a module whose lazy layers have no size yet, as good as a constructor that raised."""
+        built a module whose lazy layers have no size yet or whose class redefines nn.Module's
+        tables, as good as a constructor that raised."""
         return self.kind in ("exception", "uninitialized_parameters", "module_internals")
 
     def again(self):
