@@ -2011,6 +2011,11 @@ def eval_repeatable(module, calls, shaped):
             expect_close(again, first, code, atol=0, rtol=0, what=what, call=later + 1)
 
 
+# Masked weights up to this size leave an output within reference_tolerance: their leak cannot tell
+# whether the output was computed from the weights returned.
+LEAK_THE_OUTPUT_SHOWS = 1e-4
+
+
 def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonical, head_mask=lambda m: m):
     """Every mask the statement allows: each call (masks[i] its mask) must run, leave its inputs as
     they were sent (names: inputs_unchanged's), and its weights (shaped(i, reply)[1]) be exactly 0
@@ -2060,7 +2065,10 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
             if i >= 2 and second_opinion(lambda: _closes_on_a_fresh_module(fresh(), calls[i], i, blocked, shaped)):
                 raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
             want, bound, magnitude, _ = expected(i)[0]
-            if np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
+            # leaks too small for the output to show (scores clamped to ±50 after the -inf: e^-100)
+            # may be the weights it was computed with: those are masked_weight_not_zero_mask's
+            visible = not np.isfinite(leaked).all() or leaked.max() > LEAK_THE_OUTPUT_SHOWS
+            if visible and np.all(np.abs(shaped(i, reply)[0] - want) <= reference_tolerance(want, bound, magnitude)):
                 raise PropertyFailure("returned_weights_not_used", **described[i], count=int((leaked != 0).sum()))
         # NaN where the mask is 0 comes with NaN rows: the next check names those.
         nonzero = leaked[np.isfinite(leaked) & (leaked != 0)]

@@ -96,10 +96,12 @@ SIMILARITY_MULTI_HEAD = {"B": 2, "Tq": 12, "Tk": 12, "h": 2, "d_model": 6, "seed
 # CausalSelfAttention returns no weights: one head as wide as the sequence is long, so that they can
 # be read back from the output (checks.weights_behind_output).
 SIMILARITY_CAUSAL = {"B": 24, "T": 10, "block_size": 10, "n_head": 1, "n_embd": 10, "seed": 9}
-# A head count the strategies never draw (they draw 1 to 4; the wide sizes have 8): heads taken in
-# groups of 4, or any loop with a fixed step, leave some out only there.
-ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 6, "d_model": 12, "seed": 7}
-ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 6, "n_embd": 12, "seed": 7}
+# A head count the strategies never draw (they draw 1 to 4; the wide sizes have 8), and a prime one:
+# heads taken in groups of any size from 2 to 16 (or in groups larger than it), by a loop with a
+# fixed step that rounds the number of groups down, leave some out only there (6 heads, once,
+# caught groups of 4 and missed groups of 8).
+ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 17, "d_model": 34, "seed": 7}
+ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 17, "n_embd": 34, "seed": 7}
 
 # A sequence longer than any other call's (harness.LONG_TIMES stops at 112) and than 256, the
 # largest block a student who computes attention in chunks of queries or keys is likely to pick:
@@ -125,6 +127,12 @@ TINY_P = 1e-6
 # The p every dropout layer must hold exactly as given, read from a module built with it (no draw):
 # above any cap a module might put on p (min(p, 0.9)) and changed by any rounding (round(p, 3)).
 EXACT_P = 0.987654321
+# Rates at the ends no other call reaches, drawn over the longest calls' weights (and over
+# high_rate_dropout's many rows): at SMALL_P ~35 of MultiHeadAttention's 174k weights drop (none with
+# probability e^-35), at NEAR_ONE_P ~17 are kept (~174 under a cap at 0.999). A dropout skipped below
+# some rate (`if p > 1e-3`) or capped above one (min(p, 0.99)) is right at every rate in between.
+SMALL_P = 2e-4
+NEAR_ONE_P = 0.9999
 RARE_MULTI_HEAD = {"B": 1, "Tq": 12, "Tk": 10, "h": 2, "d_model": 8, "seed": 8}  # 240 weights a call
 RARE_CAUSAL = {"B": 1, "T": 15, "block_size": 15, "n_head": 2, "n_embd": 16, "seed": 8}  # 240 of each
 

@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -407,12 +407,32 @@ def longest_dropout(worker, dims):
     tiny = loaded(worker, dims, dropout=TINY_P)[0]
     checks.dropped_at_a_tiny_rate(int(((outputs(tiny.run(*args, train=True, seed=4), dims)[1] == 0) & live).sum()),
                                   int(live.sum()), TINY_P, "weights")
+    # and at each end of the rates (SMALL_P, NEAR_ONE_P): a dropout skipped below some rate, or capped
+    small = loaded(worker, dims, dropout=SMALL_P)[0]
+    checks.drops_at_a_rare_rate([(outputs(small.run(*args, train=True, seed=5), dims)[1] == 0) & live], SMALL_P, 1,
+                                int(live.sum()), "self.dropout")
+    near_one = loaded(worker, dims, dropout=NEAR_ONE_P)[0]
+    checks.used_at_a_high_rate(outputs(near_one.run(*args, train=True, seed=6), dims)[1], evaluated, NEAR_ONE_P,
+                               "weights")
     value = args[2].astype(np.float64)
     from_eval = reference.multi_head_output_from_weights(module.params, dims["h"], value, evaluated)
     if not np.allclose(eval_output, from_eval, atol=1e-5, rtol=1e-4):
         return
     from_weights = reference.multi_head_output_from_weights(module.params, dims["h"], value, trained)
     require(np.allclose(trained_output, from_weights, atol=1e-5, rtol=1e-4), "returned_weights_before_dropout", p=p)
+
+
+def dropout_own_at(worker, dims, p, args, seed):
+    """Where the module built without the dropout argument does not drop as dropout=p would: the
+    same call on a module built with dropout=p explicitly, whose failure is then the dropout's own
+    (a keep probability taken for the drop probability, right only at p = 0.5), not the default's."""
+    example_dims(**dims, dropout=p)
+    explicit = build(worker, dims, p)
+    replies, failed = runs_until_failure(explicit, (args, {}), (args, {"train": True, "seed": seed}))
+    if not failed:
+        (_, ev), (_, tr) = (outputs(reply, dims) for reply in replies)
+        checks.dropout_on_weights(tr, ev, p)
+    example_dims(**dims)  # built without dropout: the example names none
 
 
 @graded(CLS, "train_dropout")
@@ -506,6 +526,7 @@ def test_train_dropout(worker, dims, seed, p):
             except PropertyFailure as failure:
                 if failure.code not in ("dropout_not_applied", "dropout_wrong_rate", "dropout_ignores_p"):
                     raise  # a mistake of the dropout itself (its factor, say), seen at this rate first
+                dropout_own_at(worker, dims, DEFAULT_DROPOUT, args, seed + 5)
                 raise PropertyFailure("default_dropout_not_the_statements", default=DEFAULT_DROPOUT) from None
         # The layer the statement names: self.dropout, an nn.Dropout of the constructor's p (what
         # a user reads or sets to turn dropout off in a model already built).
