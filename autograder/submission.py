@@ -877,6 +877,7 @@ def _statements(tree, code, cell, written=frozenset()):
         elif _mutated(node):
             kind, names = "statement", (_mutated(node),)
         else:
+            found += _left_by_the_block(node, data, starts, cell)
             continue
         decorators = getattr(node, "decorator_list", None)
         if decorators:  # a decorated definition starts at its first decorator's line
@@ -892,6 +893,65 @@ def _statements(tree, code, cell, written=frozenset()):
             reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
         found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names, reads))
     return found
+
+
+_SIMPLE_ASSIGNMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
+
+
+def _left_by_the_block(node, data, starts, cell):
+    """What a top-level block that is not kept leaves bound in the kernel, as statements that could
+    be: a `with` body's assignments (it runs once; those reading what `as` bound are left out), a
+    `for` over a list or tuple written there binding its variable to the last item (`for NEG in
+    [-1e4, float('-inf')]: ...` leaves NEG at -inf), and the assignments of a `for` or `while`
+    loop's `else:` (which runs when no `break` does). Only where the loop has no `break` and does not
+    bind its variable again in its body; the context manager, the loop and its body's other
+    statements never run here."""
+    if isinstance(node, ast.With):
+        opened = set().union(*(_bound(item.optional_vars) for item in node.items if item.optional_vars))
+        return [_nested(statement, data, starts, cell) for statement in node.body
+                if isinstance(statement, _SIMPLE_ASSIGNMENTS) and not opened & _names_read(statement)]
+    if not isinstance(node, (ast.For, ast.While)) or _breaks(node.body):
+        return []
+    found = [_nested(statement, data, starts, cell) for statement in node.orelse
+             if isinstance(statement, _SIMPLE_ASSIGNMENTS)]
+    items = _written_items(node.iter) if isinstance(node, ast.For) and isinstance(node.target, ast.Name) else None
+    if items and (items[-1] is None or isinstance(items[-1], ast.Starred)):  # {**d} or [*rest]: not written there
+        items = None
+    rebound = set().union(*(_bound(statement) for statement in node.body)) if items else set()
+    if items and node.target.id not in rebound and node.target.id not in {
+            bound for statement in found for bound in statement.binds}:
+        text = f"{node.target.id} = {ast.unparse(items[-1])}".encode()
+        found.insert(0, _Statement(text, 0, len(text), cell, node.lineno, "statement", [node.target.id]))
+    return found
+
+
+def _nested(statement, data, starts, cell):
+    """A simple statement inside a top-level block, as a statement of its own (the lines after its
+    first keep their indentation, which a statement's continuation lines may have)."""
+    start = starts[statement.lineno - 1] + statement.col_offset
+    end = starts[statement.end_lineno - 1] + statement.end_col_offset
+    return _Statement(*_as_in_the_kernel(statement, data, starts, start, end), cell, statement.lineno,
+                      "statement", _bound(statement))
+
+
+def _names_read(node):
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _breaks(body):
+    """Whether a `break` in these statements ends the loop they are the body of (one in a nested
+    loop, function or class ends something else)."""
+    pending = list(body)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, ast.Break):
+            return True
+        if isinstance(item, (ast.For, ast.AsyncFor, ast.While)):
+            pending += item.orelse  # a loop's else belongs to the outer one's body
+            continue
+        if not isinstance(item, _SCOPES):
+            pending.extend(ast.iter_child_nodes(item))
+    return False
 
 
 def _written_module_import(node, cell, written):

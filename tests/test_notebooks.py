@@ -177,6 +177,35 @@ def test_a_for_loop_over_written_graded_classes_that_sets_their_attributes_is_ke
     assert "3.0" not in source and "4.0" not in source and "5.0" not in source
 
 
+def test_what_a_top_level_block_leaves_bound_is_kept_as_the_kernel_leaves_it():
+    """A correct notebook swept a constant in a loop (`for NEG in [-1e4, float('-inf')]:` after `NEG =
+    -1e4`) or fixed it in a `with` block: the kernel ends with -inf, the grade kept -1e4 (45/48); a
+    loop's `else:` set SCALED = False (the kernel's mistake, 38) and was graded True (48). Kept now:
+    a `for` variable's last item, a loop's `else:` and a `with` body's assignments; not where a
+    `break` may end the loop early, the body assigns the variable again, or the assignment reads
+    what the `with` opened. The context managers, the loops and their bodies never run."""
+    source = code_of(kept(
+        "import torch",
+        "NEG = -1e4\nSCALED = True\nLAST = 0\nDATA = None\nKEPT = 1",
+        "class SelfAttention(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return x * NEG * SCALED + LAST + KEPT, DATA",
+        "for NEG in [-1e4, -1e9,\n            float('-inf')]:\n    print(SelfAttention()(torch.ones(1)))",
+        "while False:\n    pass\nelse:\n    SCALED = False",
+        "with torch.no_grad():\n    KEPT = (2 +\n        3)\n    print(KEPT)",
+        "for LAST in (1, 2, 3):\n    if LAST == 2:\n        break",
+        "for LAST in [4, 5]:\n    LAST = LAST + 1",
+        "with open('datos.txt') as f:\n    DATA = f.read()",
+    ))
+    assert "NEG = float('-inf')\n" in source and source.index("NEG = -1e4") < source.index("NEG = float('-inf')")
+    assert "    SCALED = False" not in source and "SCALED = False\n" in source
+    assert "KEPT = (2 +\n        3)\n" in source and "print" not in source and "no_grad" not in source
+    assert "LAST = 3" not in source and "LAST = 5" not in source and "LAST = LAST + 1" not in source
+    assert "f.read()" not in source and "open(" not in source
+    namespace = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    assert (namespace["NEG"], namespace["SCALED"], namespace["KEPT"], namespace["LAST"]) == (float("-inf"), False, 5, 0)
+
+
 def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
     source = kept("!pip install torch \\\n    numpy \\\n    einops\nimport torch\nX = 1",
                   "class SelfAttention(torch.nn.Module):\n    y = X")
