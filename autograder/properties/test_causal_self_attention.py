@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -343,26 +343,31 @@ def rare_dropout(worker, dims):
             got = output(resid_only.run(x, fused=fused, train=True, seed=0), dims)
             checks.left_whole_rescaled(got, np.where(got == 0, 0.0, evaluated), np.where(got == 0, 0.0, evaluated / (1.0 - RARE_P)),
                                        RARE_P, "resid_drop", path)
-    high_rate_dropout(worker, {**dims, "n_head": 1, "T": 1, "B": HIGH_RATE_ROWS}, EXACT_P)
-    high_rate_dropout(worker, {**dims, "n_head": 1, "T": 1, "B": NEAR_ONE_ROWS, "n_embd": 2}, NEAR_ONE_P)
+    one_token = {**dims, "n_head": 1, "T": 1}
+    rows_dropout(worker, {**one_token, "B": HIGH_RATE_ROWS}, EXACT_P, checks.used_at_a_high_rate)
+    rows_dropout(worker, {**one_token, "B": NEAR_ONE_ROWS, "n_embd": 2}, NEAR_ONE_P, checks.used_at_a_high_rate)
+    rows_dropout(worker, {**one_token, "B": SMALL_RATE_ROWS, "n_embd": 1}, SMALL_P, checks.drops_at_a_small_rate)
 
 
-# high_rate_dropout's calls: one token each, one head, so that each row of the output draws one
+# rows_dropout's calls: one token each, one head, so that each row of the output draws one
 # attn_drop decision (its only weight is 1): ~6 rows kept at EXACT_P, ~51 under a cap at 0.9 (all
 # of them dropped with probability 0.9^512 < 1e-23); at NEAR_ONE_P, ~3 rows kept of NEAR_ONE_ROWS,
-# ~33 under a cap at 0.999 (none with probability e^-33), two entries a row for resid_drop.
+# ~33 under a cap at 0.999 (none with probability e^-33), two entries a row for resid_drop; at
+# SMALL_P, ~40 rows dropped of SMALL_RATE_ROWS (none with probability e^-40), one entry a row.
 HIGH_RATE_ROWS = 512
 NEAR_ONE_ROWS = 32768
+SMALL_RATE_ROWS = 200_000
 
 
-def high_rate_dropout(worker, rows, p):
-    """Each layer drops with its p where forward uses it, at a rate near 1 that no example draws
-    (EXACT_P, NEAR_ONE_P): the layers may keep p as given (dropout_p_not_kept passes) while forward caps it
-    (F.dropout(att, min(self.attn_drop.p, 0.9)), dropout_p=min(p, 0.9) in the fused path), which
-    every rate drawn leaves right. With one head and one token (rows), attn_drop keeps or drops a row's
-    only weight: the row is proj's bias, or bias + proj(v)/(1 - p); resid_drop alone keeps
-    entries of eval's output divided by (1 - p). Judged on each path whose eval output is the
-    reference's (its miss is reference_match's)."""
+def rows_dropout(worker, rows, p, judge):
+    """Each layer drops with its p where forward uses it, at rates at the ends that no example
+    draws (EXACT_P and NEAR_ONE_P near 1, SMALL_P near 0; `judge` is the check of that end): the
+    layers may keep p as given (dropout_p_not_kept passes) while forward caps it
+    (F.dropout(att, min(self.attn_drop.p, 0.9)), dropout_p=min(p, 0.9) in the fused path) or skips
+    it below some rate, which every rate drawn leaves right. With one head and one token (rows),
+    attn_drop keeps or drops a row's only weight: the row is proj's bias, or bias + proj(v)/(1 - p);
+    resid_drop alone keeps entries of eval's output divided by (1 - p). Judged on each path whose
+    eval output is the reference's (its miss is reference_match's)."""
     attn_only = another(worker, rows, p, load_seed=parameter_seed(rows), then_set={"resid_drop.p": 0.0})
     resid_only = another(worker, rows, p, load_seed=parameter_seed(rows), then_set={"attn_drop.p": 0.0})
     x = inputs(rng_for(rows), rows)
@@ -375,11 +380,10 @@ def high_rate_dropout(worker, rows, p):
             ((x,), {"fused": fused}), ((x,), {"fused": fused, "train": True, "seed": 7})))
         if not np.allclose(evaluated, want, atol=1e-5, rtol=1e-4):
             continue
-        checks.used_at_a_high_rate((trained - bias)[:, 0, :1], (evaluated - bias)[:, 0, :1], p,
-                                   "attention_weights", "attn_drop", path)
+        judge((trained - bias)[:, 0, :1], (evaluated - bias)[:, 0, :1], p, "attention_weights", "attn_drop", path)
         evaluated, trained = (output(reply, rows) for reply in resid_only.runs(
             ((x,), {"fused": fused}), ((x,), {"fused": fused, "train": True, "seed": 8})))
-        checks.used_at_a_high_rate(trained, evaluated, p, "output", "resid_drop", path)
+        judge(trained, evaluated, p, "output", "resid_drop", path)
 
 
 def rare_calls(module, x, fused):
