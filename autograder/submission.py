@@ -876,6 +876,8 @@ def _statements(tree, code, cell, written=frozenset()):
             kind, names = "statement", (*_bound(node), *attached)
         elif _mutated(node):
             kind, names = "statement", (_mutated(node),)
+        elif isinstance(node, ast.Expr) and _namespace_update(node):
+            kind, names = "statement", _namespace_update(node)
         else:
             found += _left_by_the_block(node, data, starts, cell)
             continue
@@ -1234,6 +1236,31 @@ def _taken_by(target, name, items):
     return [t.id for t in taken] if all(isinstance(t, ast.Name) for t in taken) else None
 
 
+def _the_namespace(node):
+    """Whether node is `globals()` or `vars()`: at the top level of a cell, the module's names."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "vars")
+            and not node.args and not node.keywords)
+
+
+def _namespace_key(target):
+    """NAME for an assignment target `globals()["NAME"]` (or `vars()["NAME"]`): it binds NAME."""
+    key = target.slice if isinstance(target, ast.Subscript) and _the_namespace(target.value) else None
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier() else None
+
+
+def _namespace_update(node):
+    """The names `globals().update(NEG=..., SCALE=...)` (or a dict written there) binds, or ()."""
+    call = node.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "update"
+            and _the_namespace(call.func.value)):
+        return ()
+    names = [keyword.arg for keyword in call.keywords if keyword.arg]
+    for argument in call.args:
+        if isinstance(argument, ast.Dict):
+            names += [key.value for key in argument.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+    return tuple(name for name in names if name.isidentifier())
+
+
 def _top(module):
     """The name `import module` binds: its first part."""
     return module.partition(".")[0] if "." in module else module
@@ -1257,12 +1284,17 @@ def _bound(node):
             names.add(item.name)
         elif isinstance(item, ast.Expr) and _mutated(item):  # `if FLAG: OPTS.update(...)` changes OPTS
             names.add(_mutated(item))
+        elif isinstance(item, ast.Expr) and _namespace_update(item):
+            names.update(_namespace_update(item))
         elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS
             targets = list(getattr(item, "targets", None) or [item.target])
             while targets:
                 target = targets.pop()
                 if isinstance(target, (ast.Tuple, ast.List)):
                     targets += target.elts
+                    continue
+                if key := _namespace_key(target):
+                    names.add(key)
                     continue
                 while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
                     target = _unwrapped_vars(target.value)

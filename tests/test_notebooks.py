@@ -206,6 +206,23 @@ def test_what_a_top_level_block_leaves_bound_is_kept_as_the_kernel_leaves_it():
     assert (namespace["NEG"], namespace["SCALED"], namespace["KEPT"], namespace["LAST"]) == (float("-inf"), False, 5, 0)
 
 
+def test_names_set_through_globals_are_kept():
+    """`globals()["NEG"] = float("-inf")` in a later cell binds NEG in the kernel as `NEG = ...` does
+    (a correct notebook was graded at its earlier -1e4: 45/48); also `vars()[...]` and
+    `globals().update(...)`; one that binds nothing the classes use is dropped."""
+    source = code_of(kept(
+        "import torch",
+        "NEG = -1e4\nSCALE = 1.0\nBIAS = 0.0",
+        "class SelfAttention(torch.nn.Module):\n    def forward(self, x):\n        return x * NEG * SCALE + BIAS",
+        "globals()['NEG'] = float('-inf')",
+        "vars()['SCALE'] = 2.0\nglobals().update(BIAS=3.0)\nglobals().update({'OTHER': 1})",
+    ))
+    namespace = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    assert (namespace["NEG"], namespace["SCALE"], namespace["BIAS"]) == (float("-inf"), 2.0, 3.0)
+    assert "OTHER" not in source
+
+
 def test_a_shell_line_continued_with_a_backslash_is_dropped_whole():
     source = kept("!pip install torch \\\n    numpy \\\n    einops\nimport torch\nX = 1",
                   "class SelfAttention(torch.nn.Module):\n    y = X")
