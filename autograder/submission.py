@@ -573,8 +573,10 @@ def notebook_source(text, name="notebook.ipynb"):
 
     Each kept statement is its original text; every line of the module maps to one line of one
     code cell, counted as Jupyter does (cells from 1, code cells only; lines from 1, the magic
-    line included). A cell that does not parse is returned alone, so that the worker reports its
-    syntax error at the student's own line.
+    line included). A cell that does not parse (Python 3.12's f-strings in a demo cell, in a
+    grader on 3.11) is dropped, as the kernel drops it, unless it may bind a name the kept code
+    uses or the statement asks for (_may_bind), or the kept code lacks a graded class: then it is
+    returned alone, so that the worker reports its syntax error at the student's own line.
     """
     sources = _code_cells(text, name)
     used = _modules_used(sources)
@@ -594,7 +596,7 @@ def notebook_source(text, name="notebook.ipynb"):
             raise SubmissionUnreadable("not_utf8", file=name) from None
     if size > MAX_NOTEBOOK_CODE:
         raise SubmissionUnreadable("notebook_code_too_large", file=name, limit_kib=MAX_NOTEBOOK_CODE >> 10)
-    statements = []
+    statements, broken = [], []
     for number, (code, with_pass) in enumerate(cells, 1):
         if len(code.encode()) > MAX_CELL_CODE:
             continue
@@ -606,7 +608,8 @@ def notebook_source(text, name="notebook.ipynb"):
                     raise
                 tree, code = ast.parse(with_pass), with_pass
         except SyntaxError:
-            return _module([(code, number, 1)])  # the worker reports the syntax error with its line
+            broken.append((code, number))
+            continue
         except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
         statements += _statements(tree, code, number, written)
@@ -616,9 +619,48 @@ def notebook_source(text, name="notebook.ipynb"):
     statements = _attached_or_dropped(statements)
     try:
         kept = _needed(statements)
+        if broken:
+            needed = set(ASKED).union(*(_uses(s) or () for s in kept))
+            graded = set(EXERCISE.class_names) <= set().union(*(s.binds for s in kept))
+            for code, number in broken:
+                bound = _may_bind(code)
+                if not graded or bound is None or bound & needed:
+                    return _module([(code, number, 1)])  # the worker reports the syntax error with its line
     except (MemoryError, RecursionError) as exc:
         raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
     return _module([(s.text, s.cell, s.line) for s in kept])
+
+
+# What a line may bind, read without parsing it (its cell does not parse): a def or class, the names
+# an import binds, the targets before an assignment's `=` (attributes and items of a name change it),
+# a `for` or `as` variable, a walrus; over-reading only costs the notebook the syntax error's report.
+_BINDING_LINE = re.compile(
+    r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+(?P<defined>\w+)|class[ \t]+(?P<cls>\w+)"
+    r"|(?:from[ \t]+\S+[ \t]+)?import[ \t]+(?P<imported>[^#\n]*)"
+    r"|(?P<targets>[\w \t,.()\[\]'\"*]+?)[ \t]*(?::[^=\n]*)?(?:\*\*|//|>>|<<|[-+*/%@&|^])?=(?!=))", re.MULTILINE)
+_LOOP_OR_AS = re.compile(r"(?:\bfor|\bas)[ \t]+\(?[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)*)|(\w+)[ \t]*:=")
+_FIRST_NAMES = re.compile(r"(?:^|,)[ \t(\[]*([A-Za-z_]\w*)")
+
+
+def _may_bind(code):
+    """Every name a cell that does not parse may bind at the top level, over-read (see _BINDING_LINE);
+    None with a star import, which may bind any."""
+    names = set()
+    for match in _BINDING_LINE.finditer(code):
+        if match["defined"] or match["cls"]:
+            names.add(match["defined"] or match["cls"])
+        elif match["imported"] is not None:
+            for part in match["imported"].strip(" \t()\\").split(","):
+                words = part.split()
+                if words == ["*"]:
+                    return None
+                if words:
+                    names.add(words[-1] if len(words) == 3 and words[1] == "as" else _top(words[0]))
+        else:
+            names.update(_FIRST_NAMES.findall(match["targets"]))
+    for loop, walrus in _LOOP_OR_AS.findall(code):
+        names.update(n.strip() for n in loop.split(",") if n.strip()) if loop else names.add(walrus)
+    return names
 
 
 def _writing_cells(writes):

@@ -640,6 +640,26 @@ def test_a_cell_that_does_not_parse_is_reported_at_its_own_line():
     assert cell_lines(source).locate(caught.value.lineno) == (3, 3)
 
 
+def test_a_cell_that_does_not_parse_and_binds_nothing_used_is_dropped_as_the_kernel_drops_it():
+    """A demo cell in Python 3.12's f-strings (Colab's Python; the grader's is 3.11) refused the
+    whole notebook (0/48): in the kernel a cell that does not parse runs nothing else. Reported
+    still where the cell may bind what the classes use (a helper, an import, a constant) or a
+    graded class, or holds a star import, or a graded class is missing. (`1 +` stands for the 3.12 f-string: it parses nowhere.)"""
+    others = "class MultiHeadAttention:\n    pass\n\nclass CausalSelfAttention:\n    pass"
+    demo = 'd = {"a": 1}\nprint(1 +)\nmodel = SelfAttention()'
+    assert "print" not in kept("import torch", CLASS, others, demo)
+    assert "print(1 +)" in kept("import torch", CLASS, demo)  # a class missing: maybe that cell's
+    for needed in ('SCALE = 2\nprint(1 +)', 'def helper():\n    return 1 +',
+                   'import math as SCALE\nprint(1 +)', 'from torch import *\nprint(1 +)',
+                   'class SelfAttention:\n    x = 1 +'):
+        source = kept("import torch", "SCALE = 1\ndef helper():\n    return 1",
+                      "class SelfAttention(torch.nn.Module):\n    def forward(self, x):\n        return x * SCALE * helper()",
+                      others, needed)
+        with pytest.raises(SyntaxError) as caught:
+            compile(source, "attention.py", "exec")
+        assert cell_lines(source).locate(caught.value.lineno)[0] == 5, needed
+
+
 @pytest.mark.parametrize("ending", ["", "\n"])
 def test_a_py_cannot_claim_notebook_cells(tmp_path, ending):
     """A .py ending in the map's line would have its errors reported at cells of its choosing."""

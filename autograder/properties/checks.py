@@ -945,15 +945,6 @@ def used_at_a_high_rate(trained, evaluated, p, what, layer=None, path=None):
     dropout_rate(dropped, total, p, what)
 
 
-def drops_at_a_small_rate(trained, evaluated, p, what, layer, path):
-    """At a rate near 0 no example draws (strategies.SMALL_P), over entries enough that a correct
-    dropout zeroes dozens: some entry of `trained` is 0 where eval's `evaluated` is not. A dropout
-    skipped below some rate (`if p > 1e-3`) is right at every rate drawn. `what` as
-    used_at_a_high_rate's, the layer named with its path."""
-    live = evaluated != 0
-    drops_at_a_rare_rate([(trained == 0) & live], p, 1, int(live.sum()), f"{layer} ({path})")
-
-
 def near(got, want):
     """Entrywise: got within float32's rounding of a train-mode output (1e-4 relative, plus 1e-4)
     of want; far enough apart that a rescale by 1/(1 - 0.004) shows."""

@@ -128,7 +128,7 @@ TINY_P = 1e-6
 # above any cap a module might put on p (min(p, 0.9)) and changed by any rounding (round(p, 3)).
 EXACT_P = 0.987654321
 # Rates at the ends no other call reaches, drawn over the longest calls' weights (and over
-# CausalSelfAttention's rows_dropout's many rows): at SMALL_P ~35 of MultiHeadAttention's 174k weights drop (none with
+# CausalSelfAttention's many rows of one token): at SMALL_P ~35 of MultiHeadAttention's 174k weights drop (none with
 # probability e^-35), at NEAR_ONE_P ~17 are kept (~174 under a cap at 0.999). A dropout skipped below
 # some rate (`if p > 1e-3`) or capped above one (min(p, 0.99)) is right at every rate in between.
 SMALL_P = 2e-4

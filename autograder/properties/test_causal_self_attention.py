@@ -344,30 +344,26 @@ def rare_dropout(worker, dims):
             checks.left_whole_rescaled(got, np.where(got == 0, 0.0, evaluated), np.where(got == 0, 0.0, evaluated / (1.0 - RARE_P)),
                                        RARE_P, "resid_drop", path)
     one_token = {**dims, "n_head": 1, "T": 1}
-    rows_dropout(worker, {**one_token, "B": HIGH_RATE_ROWS}, EXACT_P, checks.used_at_a_high_rate)
-    rows_dropout(worker, {**one_token, "B": NEAR_ONE_ROWS, "n_embd": 2}, NEAR_ONE_P, checks.used_at_a_high_rate)
-    rows_dropout(worker, {**one_token, "B": SMALL_RATE_ROWS, "n_embd": 1}, SMALL_P, checks.drops_at_a_small_rate)
+    high_rate_dropout(worker, {**one_token, "B": HIGH_RATE_ROWS}, EXACT_P)
+    high_rate_dropout(worker, {**one_token, "B": NEAR_ONE_ROWS, "n_embd": 2}, NEAR_ONE_P)
 
 
-# rows_dropout's calls: one token each, one head, so that each row of the output draws one
+# high_rate_dropout's calls: one token each, one head, so that each row of the output draws one
 # attn_drop decision (its only weight is 1): ~6 rows kept at EXACT_P, ~51 under a cap at 0.9 (all
 # of them dropped with probability 0.9^512 < 1e-23); at NEAR_ONE_P, ~3 rows kept of NEAR_ONE_ROWS,
-# ~33 under a cap at 0.999 (none with probability e^-33), two entries a row for resid_drop; at
-# SMALL_P, ~40 rows dropped of SMALL_RATE_ROWS (none with probability e^-40), one entry a row.
+# ~33 under a cap at 0.999 (none with probability e^-33), two entries a row for resid_drop.
 HIGH_RATE_ROWS = 512
 NEAR_ONE_ROWS = 32768
-SMALL_RATE_ROWS = 200_000
 
 
-def rows_dropout(worker, rows, p, judge):
-    """Each layer drops with its p where forward uses it, at rates at the ends that no example
-    draws (EXACT_P and NEAR_ONE_P near 1, SMALL_P near 0; `judge` is the check of that end): the
-    layers may keep p as given (dropout_p_not_kept passes) while forward caps it
-    (F.dropout(att, min(self.attn_drop.p, 0.9)), dropout_p=min(p, 0.9) in the fused path) or skips
-    it below some rate, which every rate drawn leaves right. With one head and one token (rows),
-    attn_drop keeps or drops a row's only weight: the row is proj's bias, or bias + proj(v)/(1 - p);
-    resid_drop alone keeps entries of eval's output divided by (1 - p). Judged on each path whose
-    eval output is the reference's (its miss is reference_match's)."""
+def high_rate_dropout(worker, rows, p):
+    """Each layer drops with its p where forward uses it, at a rate near 1 that no example draws
+    (EXACT_P, NEAR_ONE_P): the layers may keep p as given (dropout_p_not_kept passes) while forward
+    caps it (F.dropout(att, min(self.attn_drop.p, 0.9)), dropout_p=min(p, 0.9) in the fused path),
+    which every rate drawn leaves right. With one head and one token (rows), attn_drop keeps or
+    drops a row's only weight: the row is proj's bias, or bias + proj(v)/(1 - p); resid_drop alone
+    keeps entries of eval's output divided by (1 - p). Judged on each path whose eval output is the
+    reference's (its miss is reference_match's)."""
     attn_only = another(worker, rows, p, load_seed=parameter_seed(rows), then_set={"resid_drop.p": 0.0})
     resid_only = another(worker, rows, p, load_seed=parameter_seed(rows), then_set={"attn_drop.p": 0.0})
     x = inputs(rng_for(rows), rows)
@@ -380,10 +376,11 @@ def rows_dropout(worker, rows, p, judge):
             ((x,), {"fused": fused}), ((x,), {"fused": fused, "train": True, "seed": 7})))
         if not np.allclose(evaluated, want, atol=1e-5, rtol=1e-4):
             continue
-        judge((trained - bias)[:, 0, :1], (evaluated - bias)[:, 0, :1], p, "attention_weights", "attn_drop", path)
+        checks.used_at_a_high_rate((trained - bias)[:, 0, :1], (evaluated - bias)[:, 0, :1], p,
+                                   "attention_weights", "attn_drop", path)
         evaluated, trained = (output(reply, rows) for reply in resid_only.runs(
             ((x,), {"fused": fused}), ((x,), {"fused": fused, "train": True, "seed": 8})))
-        judge(trained, evaluated, p, "output", "resid_drop", path)
+        checks.used_at_a_high_rate(trained, evaluated, p, "output", "resid_drop", path)
 
 
 def rare_calls(module, x, fused):
@@ -391,20 +388,46 @@ def rare_calls(module, x, fused):
     return module.runs_in_exchanges([((x,), {"fused": fused, "train": True, "seed": s}) for s in range(RARE_CALLS)])
 
 
+# resid_drop at SMALL_P: rows of one token as wide as the longest call's, ~40 of their entries dropped
+# (none with probability e^-40).
+SMALL_RATE_ROWS = 6250
+
+
 def longest_dropout(worker, dims):
     """train_dropout on the longest sequence (strategies.LONGEST_*), on each path whose eval output
     there is the reference's (a miss in eval is reference_match's or fused_equivalence's, dropout
     left on in eval eval_deterministic's): resid_drop and attn_drop both act
-    (checks.dropout_acts_at_shape)."""
+    (checks.dropout_acts_at_shape); and at SMALL_P too, where a dropout skipped below some rate
+    acts at none: attn_drop over these ~180k weights (~36 drops, each moving its row away from
+    eval's rescaled by 1/(1 - p)), resid_drop over SMALL_RATE_ROWS rows (explicit path: the layer
+    is the same on both)."""
     p = 0.2
     module, rng = loaded(worker, dims, dropout=p)
+    small = another(worker, dims, SMALL_P, load_seed=parameter_seed(dims), then_set={"resid_drop.p": 0.0})
     x = inputs(rng, dims)
     want = expected(module.params, dims, x)
+    bias = module.params.get("proj.bias", 0.0)
+    weights = dims["B"] * dims["n_head"] * dims["T"] * (dims["T"] + 1) // 2
     for fused in (False, True):
+        path = f"fused={fused}"
+        example_dims(**dims, dropout=p)
         evaluated, trained = (output(reply, dims) for reply in module.runs(
             ((x,), {"fused": fused}), ((x,), {"fused": fused, "train": True, "seed": 1})))
-        if np.allclose(evaluated, want, atol=1e-5, rtol=1e-4):
-            checks.dropout_acts_at_shape(want, trained, p, f"fused={fused}", f"T={dims['T']}")
+        if not np.allclose(evaluated, want, atol=1e-5, rtol=1e-4):
+            continue
+        checks.dropout_acts_at_shape(want, trained, p, path, f"T={dims['T']}")
+        example_dims(**dims, dropout=SMALL_P)
+        got = output(small.run(x, fused=fused, train=True, seed=2), dims)
+        moved = ~checks.near(got, (evaluated - bias) / (1.0 - SMALL_P) + bias) & ~checks.near(got, evaluated)
+        checks.drops_at_a_rare_rate([moved], SMALL_P, 1, weights, f"attn_drop ({path})")
+        if not fused:
+            rows = {**dims, "T": 1, "B": SMALL_RATE_ROWS}
+            resid_only = another(worker, rows, SMALL_P, load_seed=parameter_seed(rows), then_set={"attn_drop.p": 0.0})
+            wide = inputs(rng_for(rows), rows)
+            live = expected(resid_only.params, rows, wide) != 0
+            example_dims(**rows, dropout=SMALL_P)
+            got = output(resid_only.run(wide, train=True, seed=3), rows)
+            checks.drops_at_a_rare_rate([(got == 0) & live], SMALL_P, 1, int(live.sum()), f"resid_drop ({path})")
 
 
 @graded(CLS, "train_dropout")
