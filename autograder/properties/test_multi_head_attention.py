@@ -38,10 +38,9 @@ def outputs(reply, dims):
             reply.output(1, (B, dims["h"], Tq, Tk), "weights"))
 
 
-def train_weights_are_dropout(reply, dims, params, inputs64, mask, p):
-    """Whether a train-mode call's weights are the reference's under some dropout draw."""
+def train_weights_are_dropout(reply, expected, p):
+    """Whether a train-mode call's weights are the reference's (`expected`) under some dropout draw."""
     weights = reply.values(1)
-    expected = reference.multi_head_attention(params, dims["h"], *inputs64, mask)[1]
     return (isinstance(weights, np.ndarray) and weights.shape == expected.shape
             and checks.dropout_factor(weights, expected, p) is not None)
 
@@ -615,10 +614,11 @@ def test_gradients(worker, dims, p, seed, data):
                 everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES))
             rows.append(right[0] or checks.rows_reached(reply, module.params))
         elif i == 1:
+            eval_weights = reference.multi_head_attention(module.params, dims["h"], *inputs64, mask)[1]
             # rows left without a gradient by train-mode weights that are no dropout of eval's
             # (renormalized after it: a row of one survivor is a constant 1) are train_dropout's
             checks.gradients_reach_every_parameter_in_train(module, calls[i], reply, biased=False, rows=rows[0] and (
-                not right[0] or train_weights_are_dropout(reply, dims, module.params, inputs64, mask, p)))
+                not right[0] or train_weights_are_dropout(reply, eval_weights, p)))
             # train mode with autograd on, as training runs: judged from the weights returned where
             # they are a dropout of the reference's, else against its own forward pass; either way its
             # output must be the one without autograd, which train_dropout judges
@@ -626,8 +626,7 @@ def test_gradients(worker, dims, p, seed, data):
                 return [changed.get(str(i), t) for i, t in enumerate(inputs64)]
 
             if right[0] and checks.train_gradients_match_reference(
-                    reply, module.params, reference.multi_head_attention(module.params, dims["h"], *inputs64, mask)[1],
-                    p, lambda params, weights, changed: reference.multi_head_output_from_weights(
+                    reply, module.params, eval_weights, p, lambda params, weights, changed: reference.multi_head_output_from_weights(
                         params, dims["h"], moved(changed)[2], weights),
                     lambda params, changed: reference.multi_head_attention(params, dims["h"], *moved(changed), mask)[1],
                     everywhere, rng, dict(zip("012", inputs64)), INPUT_NAMES):
