@@ -618,7 +618,7 @@ def notebook_source(text, name="notebook.ipynb"):
     statements = _reimported(statements, writes)
     statements = _attached_or_dropped(statements)
     try:
-        kept = _needed(statements)
+        kept = _needed(statements, {cell: modules for cell, modules in writes.items() if modules})
         if broken:
             needed = set(ASKED).union(*(_uses(s) or () for s in kept))
             graded = set(EXERCISE.class_names) <= set().union(*(s.binds for s in kept))
@@ -1371,28 +1371,38 @@ def _uses(statement):
     return names
 
 
-def _needed(statements):
-    """The statements to keep, in order: what binds ASKED, then what binds any name kept code uses."""
+def _needed(statements, modules=None):
+    """The statements to keep, in order: what binds ASKED, then what binds any name kept code uses.
+
+    modules: {cell: the module it writes} (%%writefile). In the kernel a written module's code
+    reads its own names: a name that module binds, read by its code, is looked up among its own
+    cells only, so that a later cell's unrelated `def puntajes(lista)` is not kept over the module's
+    helper of that name (a correct notebook scored 21). Elsewhere any binding counts."""
+    modules = modules or {}
     binders = {}
     for index, statement in enumerate(statements):
         if statement.kind != "star":
             for bound in statement.binds:
                 binders.setdefault(bound, []).append(index)
     state = [None] * len(statements)  # True kept, False refused, None not needed (yet)
-    needed, pending = set(), list(reversed(ASKED))
+    needed, seen, pending = set(), set(), [(name, None) for name in reversed(ASKED)]
     while pending:
-        used = pending.pop()
-        if used in needed:
+        used, scope = pending.pop()
+        if (used, scope) in seen:
             continue
+        seen.add((used, scope))
         needed.add(used)
-        for index in binders.get(used, ()):
+        found = binders.get(used, ())
+        if scope is not None:
+            found = [index for index in found if modules.get(statements[index].cell) == scope] or found
+        for index in found:
             if state[index] is not None:
                 continue
             statement = statements[index]
             uses = _uses(statement)
             state[index] = statement.kind == "definition" or uses is not None and "get_ipython" not in uses
             if state[index]:
-                pending += uses or ()
+                pending += [(name, modules.get(statement.cell)) for name in uses or ()]
     unresolved = any(name not in binders and name not in ASKED and name not in _BUILTINS
                      and not name.startswith("__") for name in needed)
     first_kept = min((index for index, keep in enumerate(state) if keep), default=len(statements))

@@ -268,6 +268,23 @@ def test_a_name_rebound_after_its_module_was_written_is_the_modules_again_after_
     assert namespace["SelfAttention"].origen == "prueba"
 
 
+@pytest.mark.parametrize("importing", ["from attention import *", "from attention import SelfAttention"])
+def test_a_written_modules_code_reads_its_own_names_not_a_later_cells(importing):
+    """%%writefile attention.py whose class calls its helper `puntajes`, then a later cell's unrelated
+    `def puntajes(lista)`: in the kernel the module's code reads the module's own helper (an outside
+    writer's correct notebook scored 21/48 here: the later one was kept and called). A helper the
+    notebook's own class reads is still the latest binding, as in the kernel."""
+    module = ("%%writefile attention.py\nimport torch\n\ndef puntajes(q, k):\n    return q * k\n\n"
+              "class SelfAttention(torch.nn.Module):\n    def forward(self, q, k):\n        return puntajes(q, k)")
+    notes = "def puntajes(lista):\n    return sum(lista) / len(lista)\n\nprint(puntajes([7, 8, 9]))"
+    own = ("def escala(x):\n    return x\n\nclass MultiHeadAttention:\n    def f(self, x):\n        return escala(x)",
+           "def escala(x):\n    return 10 * x")
+    namespace = {}
+    exec(compile(code_of(kept(module, importing, notes, *own)), "notebook", "exec"), namespace)
+    assert namespace["SelfAttention"]().forward(2, 3) == 6
+    assert namespace["MultiHeadAttention"]().f(1) == 10
+
+
 def test_imports_of_a_written_module_past_the_bound_are_dropped_as_before(monkeypatch):
     """_reimported looks at REIMPORT_STEPS bindings in all (100k `from m import *` lines must not
     cost the grader's process minutes): past them an import is dropped, everything else kept."""
