@@ -918,8 +918,16 @@ def _statements(tree, code, cell, written=frozenset()):
             kind, names = "statement", (*_bound(node), *attached)
         elif _mutated(node):
             kind, names = "statement", (_mutated(node),)
-        elif isinstance(node, ast.Expr) and _namespace_update(node):
-            kind, names = "statement", _namespace_update(node)
+        elif isinstance(node, ast.Expr) and _namespace_binds(node):
+            kind, names = "statement", _namespace_binds(node)
+            if _called(node.value, "setattr", 3):  # setattr(sys.modules[__name__], "NEG", v)
+                # sys.modules["__main__"] is the kernel's namespace, and the worker's own module in
+                # the worker (where `__name__` reads "__main__": _as_in_the_kernel): kept as what it does
+                assignment = ast.Assign([ast.Subscript(ast.Call(ast.Name("globals"), [], []), node.value.args[1])],
+                                        node.value.args[2], lineno=node.lineno)
+                text = ast.unparse(assignment).encode()
+                found.append(_Statement(text, 0, len(text), cell, node.lineno, kind, names))
+                continue
         else:
             found += _left_by_the_block(node, data, starts, cell)
             continue
@@ -1290,17 +1298,46 @@ def _namespace_key(target):
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier() else None
 
 
-def _namespace_update(node):
-    """The names `globals().update(NEG=..., SCALE=...)` (or a dict written there) binds, or ()."""
+def _namespace_binds(node):
+    """The names a call at the top level binds in the module's namespace, or (): those of
+    `globals().update(NEG=..., SCALE=...)` (or a dict written there), `setattr(sys.modules[__name__],
+    "NEG", ...)`, and what the code of `exec("NEG = ...")` (a string written there, run in the
+    module's namespace) binds: in the kernel each is an assignment (an outside attacker's notebook
+    was graded on the value from before its `exec`)."""
     call = node.value
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "update"
-            and _the_namespace(call.func.value)):
+    if not isinstance(call, ast.Call):
         return ()
-    names = [keyword.arg for keyword in call.keywords if keyword.arg]
-    for argument in call.args:
-        if isinstance(argument, ast.Dict):
-            names += [key.value for key in argument.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "update" and _the_namespace(call.func.value):
+        names = [keyword.arg for keyword in call.keywords if keyword.arg]
+        for argument in call.args:
+            if isinstance(argument, ast.Dict):
+                names += [key.value for key in argument.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+    elif _called(call, "setattr", 3) and _this_module(call.args[0]) and isinstance(call.args[1], ast.Constant):
+        names = [call.args[1].value] if isinstance(call.args[1].value, str) else []
+    elif (_called(call, "exec", 1) or _called(call, "exec", 2) and _the_namespace(call.args[1])) and isinstance(
+            call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+        try:
+            body = ast.parse(call.args[0].value).body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return ()
+        names = [name for statement in body for name in _bound(statement)]
+    else:
+        return ()
     return tuple(name for name in names if name.isidentifier())
+
+
+def _called(call, function, count):
+    """Whether call is `function(...)` with `count` positional arguments and no keywords."""
+    return (isinstance(call.func, ast.Name) and call.func.id == function and len(call.args) == count
+            and not call.keywords)
+
+
+def _this_module(node):
+    """Whether node is `sys.modules[__name__]` (or `["__main__"]`): the notebook's own module."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "modules"
+            and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys"
+            and (isinstance(node.slice, ast.Name) and node.slice.id == "__name__"
+                 or isinstance(node.slice, ast.Constant) and node.slice.value == "__main__"))
 
 
 def _top(module):
@@ -1317,6 +1354,8 @@ def _bound(node):
         if isinstance(item, _SCOPES):  # a def or class binds its name; its body runs later, if ever
             if isinstance(item, _DEFINITIONS):
                 names.add(item.name)
+            elif not isinstance(item, ast.Lambda):  # a comprehension's `:=` binds outside it
+                names.update(_comprehension_walruses(item))
             continue
         if isinstance(item, _IMPORTS):
             names.update(alias.asname or _top(alias.name) for alias in item.names)
@@ -1326,8 +1365,8 @@ def _bound(node):
             names.add(item.name)
         elif isinstance(item, ast.Expr) and _mutated(item):  # `if FLAG: OPTS.update(...)` changes OPTS
             names.add(_mutated(item))
-        elif isinstance(item, ast.Expr) and _namespace_update(item):
-            names.update(_namespace_update(item))
+        elif isinstance(item, ast.Expr) and _namespace_binds(item):
+            names.update(_namespace_binds(item))
         elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS
             targets = list(getattr(item, "targets", None) or [item.target])
             while targets:
@@ -1342,6 +1381,20 @@ def _bound(node):
                     target = _unwrapped_vars(target.value)
                 if isinstance(target, ast.Name):
                     names.add(target.id)
+        pending.extend(ast.iter_child_nodes(item))
+    return names
+
+
+def _comprehension_walruses(node):
+    """The names `:=` binds inside a comprehension (`[SCALED := False for _ in [0]]`): Python binds
+    them in the scope around it, the module's at the top level; its `for` variables stay inside."""
+    names, pending = set(), list(ast.iter_child_nodes(node))
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (*_DEFINITIONS, ast.Lambda)):
+            continue
+        if isinstance(item, ast.NamedExpr):
+            names.add(item.target.id)
         pending.extend(ast.iter_child_nodes(item))
     return names
 

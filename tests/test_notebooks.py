@@ -451,6 +451,36 @@ def test_a_walrus_at_the_top_of_a_cell_binds_as_an_assignment_does():
     assert namespace["SelfAttention"].size == 128
 
 
+def test_a_walrus_inside_a_comprehension_binds_the_name_of_the_cell():
+    """`[SCALED := False for _ in [0]]`: Python binds SCALED in the scope around the comprehension,
+    the notebook's (an outside attacker's notebook was graded with the earlier SCALED = True: 48
+    where the kernel earns 38); the comprehension's own `for` variable binds nothing outside."""
+    source = kept(
+        "SCALED = True\nk = 'antes'",
+        "[SCALED := False for k in [0]]\nprint([n := i for i in range(2)])",
+        "class SelfAttention:\n    def f(self):\n        return SCALED, k",
+    )
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"]().f() == (False, "antes")
+    assert "print([n" not in source  # n is bound there, but nothing kept reads it
+
+
+@pytest.mark.parametrize("assigning", [
+    "exec('SCALED = False')", "exec('import math\\nSCALED = math.isnan(0.0)', globals())",
+    "setattr(sys.modules[__name__], 'SCALED', False)", "setattr(sys.modules['__main__'], 'SCALED', not SCALED)",
+])
+def test_a_name_bound_through_exec_or_the_modules_setattr_is_kept_as_assigned(assigning):
+    """`exec("SCALED = False")` of a string written there, or `setattr(sys.modules[__name__], ...)`:
+    in the kernel each assigns SCALED (an outside attacker's notebooks were graded on the earlier
+    SCALED = True: 48 where the kernel earns 38). In the worker `__name__` reads "__main__", the
+    worker's own module: the setattr is kept as the assignment it is."""
+    source = kept("import sys\nSCALED = True", assigning, "class SelfAttention:\n    def f(self):\n        return SCALED")
+    graded = types.ModuleType("graded")
+    exec(compile(code_of(source), "graded", "exec"), graded.__dict__)
+    assert graded.SelfAttention().f() is False, source
+
+
 def test_every_binding_of_a_used_name_is_kept_in_order():
     source = kept(
         "WIDTH = 16", "WIDTH = 32\nWIDTH += 1", "cfg = Box()\ncfg.width = WIDTH\ncfg.heads[0] = 2",
