@@ -614,8 +614,8 @@ def notebook_source(text, name="notebook.ipynb"):
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
         statements += _statements(tree, code, number, written)
         del tree
-    _read_through_aliases(statements, writes)
     statements = _reimported(statements, writes)
+    _read_through_aliases(statements, writes)
     statements = _attached_or_dropped(statements)
     try:
         kept = _needed(statements, {cell: modules for cell, modules in writes.items() if modules})
@@ -678,45 +678,90 @@ def _reimported(statements, writes):
     since (a throwaway `class SelfAttention: pass` tried between the %%writefile cell and the
     import): in Jupyter the import binds the module's again; here, where the module's code is
     part of this one, the copy does (and maps to the module's cell). Nothing where none was.
-    At most REIMPORT_STEPS bindings are looked at in all (a notebook of 100k `from m import *`
-    lines must not cost the grader's process minutes): past them, imports are dropped as before."""
+    `import m as at` of such a module (_aliased) gives `at` the module's bindings, leaving the
+    notebook's own. At most REIMPORT_STEPS bindings are looked at in all (a notebook of 100k `from
+    m import *` lines must not cost the grader's process minutes): past them, imports are dropped
+    as before, and aliases left as they were."""
     writing = _writing_cells(writes)
-    public = {}  # module -> the public names its cells bind, in the order bound, for `from m import *`
+    public, bound = {}, {}  # module -> the (public) names its cells bind, in the order bound
     for statement in statements:
         if statement.kind not in ("reimport", "star"):
             for module in writes.get(statement.cell, ()):
                 public.setdefault(module, {}).update((n, None) for n in statement.binds if not n.startswith("_"))
-    result, binders, steps = [], {}, REIMPORT_STEPS  # binders: name -> indexes in result that bind it
-    for statement in statements:
-        if statement.kind != "reimport":
-            if statement.kind != "star":
-                for name in statement.binds:
-                    binders.setdefault(name, []).append(len(result))
-            result.append(statement)
-            continue
-        if steps < 0:
-            continue  # past the bound: dropped, as before
-        cells = writing.get(statement.reads[0], set())
-        names = public.get(statement.reads[0], ()) if statement.binds == ["*"] else statement.binds
+                bound.setdefault(module, {}).update((n, None) for n in statement.binds)
+    result, binders, steps = [], {}, [REIMPORT_STEPS]  # binders: name -> indexes in result that bind it
+
+    def add(statement):
+        for name in statement.binds:
+            binders.setdefault(name, []).append(len(result))
+        result.append(statement)
+
+    def rebound(names, cells):
+        """{name: (the module's binding, the latest)} of each name rebound since the module's cells
+        bound it; None past the bound."""
+        found = {}
         for name in names:
-            found = binders.get(name, ())
+            indexes = binders.get(name, ())
             own = None
-            steps -= 1
-            for index in reversed(found):
-                steps -= 1
+            steps[0] -= 1
+            for index in reversed(indexes):
+                steps[0] -= 1
                 if result[index].cell in cells:
                     own = index
                     break
-            if steps < 0:
-                break  # past the bound: this import and the later ones are dropped, as before
-            if own is None or found[-1] == own:
-                continue  # never written there, or not rebound since
-            earlier = result[own]
-            for bound in earlier.binds:
-                binders.setdefault(bound, []).append(len(result))
-            result.append(_Statement(earlier.data, earlier.start, earlier.end, earlier.cell, earlier.line,
-                                     earlier.kind, earlier.binds, earlier.reads))
+            if steps[0] < 0:
+                return None
+            if own is not None and indexes[-1] != own:
+                found[name] = (result[own], result[indexes[-1]])
+        return found
+
+    for statement in statements:
+        if statement.kind == "alias" and steps[0] >= 0 and _aliased(statement):
+            modules = [module for module in statement.reads if module in writing]
+            cells = set().union(*(writing[module] for module in modules))
+            again = rebound([n for module in modules for n in bound.get(module, ())], cells)
+            if again:
+                for own, _ in again.values():
+                    add(_copy(own))
+                text = statement.text.replace("__import__(__name__)", _SNAPSHOT).encode()
+                add(_Statement(text, 0, len(text), statement.cell, statement.line, "alias", statement.binds,
+                               statement.reads))
+                for _, latest in again.values():
+                    add(_copy(latest))
+                continue
+        if statement.kind != "reimport":
+            if statement.kind == "star":
+                result.append(statement)
+            else:
+                add(statement)
+            continue
+        if steps[0] < 0:
+            continue  # past the bound: dropped, as before
+        module = statement.reads[0]
+        again = rebound(public.get(module, ()) if statement.binds == ["*"] else statement.binds,
+                        writing.get(module, set()))
+        if again is None:
+            continue  # past the bound: this import and the later ones are dropped, as before
+        for own, _ in again.values():
+            add(_copy(own))
     return result
+
+
+# What `import m as at` binds `at` to where names of m were rebound since m's cell: the module's
+# names as they are at the import (the copies of m's bindings just run), not as later cells leave them.
+_SNAPSHOT = "__import__('types').SimpleNamespace(**globals())"
+
+
+def _aliased(statement):
+    """Whether an "alias" statement binds each of its names to this module (`at = __import__(__name__)`),
+    with no package namespace (`import modelos.atencion`) in it."""
+    return "SimpleNamespace" not in statement.text and "__import__(__name__)" in statement.text
+
+
+def _copy(statement):
+    """Another statement of the same text, cell and names: the same binding, run again."""
+    return _Statement(statement.data, statement.start, statement.end, statement.cell, statement.line,
+                      statement.kind, statement.binds, statement.reads)
 
 
 # _reimported's bound on the bindings it looks at: a notebook's few imports of its own modules look

@@ -285,6 +285,22 @@ def test_a_written_modules_code_reads_its_own_names_not_a_later_cells(importing)
     assert namespace["MultiHeadAttention"]().f(1) == 10
 
 
+@pytest.mark.parametrize("taking", ["SelfAttention = at.SelfAttention", ""])
+def test_a_module_imported_under_an_alias_after_a_throwaway_class_gives_its_own(taking):
+    """%%writefile attention.py, a throwaway `class SelfAttention` in another cell, then `import
+    attention as at`: in the kernel `at.SelfAttention` is the module's, and the notebook's own name
+    stays the throwaway until it is taken from `at` (an outside writer's correct notebook, which
+    took it, scored 35/48: `at` was this module, whose SelfAttention was the throwaway)."""
+    module = ("%%writefile attention.py\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    origen = 'modulo'\n\n"
+              "class MultiHeadAttention(torch.nn.Module):\n    pass")
+    source = kept(module, "class SelfAttention:\n    origen = 'prueba'", f"import attention as at\n{taking}")
+    graded = types.ModuleType("graded")
+    exec(compile(code_of(source), "graded", "exec"), graded.__dict__)
+    assert graded.SelfAttention.origen == ("modulo" if taking else "prueba"), source
+    if taking:
+        assert graded.at.SelfAttention is graded.SelfAttention
+
+
 def test_imports_of_a_written_module_past_the_bound_are_dropped_as_before(monkeypatch):
     """_reimported looks at REIMPORT_STEPS bindings in all (100k `from m import *` lines must not
     cost the grader's process minutes): past them an import is dropped, everything else kept."""
