@@ -631,35 +631,81 @@ def notebook_source(text, name="notebook.ipynb"):
     return _module([(s.text, s.cell, s.line) for s in kept])
 
 
-# What a line may bind, read without parsing it (its cell does not parse): a def or class, the names
-# an import binds, the targets before an assignment's `=` (attributes and items of a name change it),
-# a `for` or `as` variable, a walrus; over-reading only costs the notebook the syntax error's report.
-_BINDING_LINE = re.compile(
-    r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+(?P<defined>\w+)|class[ \t]+(?P<cls>\w+)"
-    r"|(?:from[ \t]+\S+[ \t]+)?import[ \t]+(?P<imported>[^#\n]*)"
-    r"|(?P<targets>[\w \t,.()\[\]'\"*]+?)[ \t]*(?::[^=\n]*)?(?:\*\*|//|>>|<<|[-+*/%@&|^])?=(?!=))", re.MULTILINE)
-_LOOP_OR_AS = re.compile(r"(?:\bfor|\bas)[ \t]+\(?[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)*)|(\w+)[ \t]*:=")
-_FIRST_NAMES = re.compile(r"(?:^|,)[ \t(\[]*([A-Za-z_]\w*)")
-
-
 def _may_bind(code):
-    """Every name a cell that does not parse may bind at the top level, over-read (see _BINDING_LINE);
-    None with a star import, which may bind any."""
+    """Every name a cell that does not parse may bind at the top level, read from its tokens (no
+    parse: a def or class, the names an import binds, the first name of each target before an
+    assignment's `=`, a `for` or `as` variable, a walrus), over-read: that only costs the notebook
+    the syntax error's report. None with a star import, which may bind any, or where the cell
+    cannot even be cut into tokens. Linear in the cell (a regular expression read before it took
+    cubic time in a run of spaces: one 35 KB notebook held a grading, and a batch, for days)."""
     names = set()
-    for match in _BINDING_LINE.finditer(code):
-        if match["defined"] or match["cls"]:
-            names.add(match["defined"] or match["cls"])
-        elif match["imported"] is not None:
-            for part in match["imported"].strip(" \t()\\").split(","):
-                words = part.split()
-                if words == ["*"]:
-                    return None
-                if words:
-                    names.add(words[-1] if len(words) == 3 and words[1] == "as" else _top(words[0]))
-        else:
-            names.update(_FIRST_NAMES.findall(match["targets"]))
-    for loop, walrus in _LOOP_OR_AS.findall(code):
-        names.update(n.strip() for n in loop.split(",") if n.strip()) if loop else names.add(walrus)
+    try:
+        for line in _logical_lines(tokenize.generate_tokens(io.StringIO(code).readline)):
+            bound = _line_binds(line)
+            if bound is None:
+                return None
+            names |= bound
+    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string; a dedent that matches no indent
+        return None
+    return names
+
+
+def _logical_lines(tokens):
+    """The significant tokens of each logical line, as (type, string) lists."""
+    line = []
+    for token in tokens:
+        if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            if line:
+                yield line
+            line = []
+        elif token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            line.append((token.type, token.string))
+    if line:
+        yield line
+
+
+_ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "//=", "%=", "@=", "&=", "|=", "^=", ">>=", "<<=", "**="})
+
+
+def _line_binds(line):
+    """What one logical line (_logical_lines) may bind: a set, or None for a star import."""
+    strings = [string for _, string in line]
+    head = 1 if strings[:1] == ["async"] else 0
+    if strings[head:head + 1] in (["def"], ["class"]):
+        return set(strings[head + 1:head + 2])
+    if strings[:1] in (["import"], ["from"]):
+        if "*" in strings:
+            return None
+        names, part = set(), []
+        imported = strings[strings.index("import") + 1:] if "import" in strings else []
+        for string in [*imported, ","]:
+            if string != ",":
+                part += [string] if string not in ("(", ")") else []
+            elif part:
+                names.add(part[-1] if len(part) >= 3 and part[-2] == "as" else part[0])
+                part = []
+        return names
+    names, targets, first, depth, loop = set(), [], None, 0, False
+    for index, (kind, string) in enumerate(line):
+        if kind == tokenize.NAME:
+            if loop and string != "in":
+                names.add(string)  # a `for` variable
+            loop = string == "for" or loop and string != "in"
+            if string == "as" and index + 1 < len(line):
+                names.add(line[index + 1][1])
+            first = first or string
+        elif string in ("(", "[", "{"):
+            depth += 1
+        elif string in (")", "]", "}"):
+            depth = max(depth - 1, 0)
+        elif string == ":=" and index and line[index - 1][0] == tokenize.NAME:
+            names.add(line[index - 1][1])
+        elif string == "," or depth == 0 and string in (":", ";"):  # `a, (b, c) = ...`: b and c too
+            targets, first = ([] if string == ";" else [*targets, first]), None
+        elif depth == 0 and string in _ASSIGNING:
+            names.update(target for target in (*targets, first) if target)
+            targets, first = [], None
+    names.discard("in")
     return names
 
 

@@ -723,6 +723,20 @@ def test_a_cell_that_does_not_parse_and_binds_nothing_used_is_dropped_as_the_ker
         assert cell_lines(source).locate(caught.value.lineno)[0] == 5, needed
 
 
+def test_what_a_cell_that_does_not_parse_may_bind_is_read_in_time_linear_in_the_cell():
+    """A run of spaces in a cell that does not parse: the regular expression that read it before
+    took cubic time (1000 spaces: 24 s; a 35 KB notebook held a grading, and a whole batch, for
+    days: an outside attacker). Read from its tokens, 100k spaces and 30k chained targets take a
+    fraction of a second; what it binds is still read (`a, (b, c) = ...` binds all three)."""
+    for adversarial in ("x" + " " * 100_000 + "\nprint(1 +)", "a = " * 30_000 + "1\nprint(1 +)",
+                        "(" * 150 + "\n"):
+        text = notebook("import torch", CLASS, "class MultiHeadAttention:\n    pass\n\nclass CausalSelfAttention:\n    pass",
+                        adversarial)
+        assert "print(1 +)" not in notebook_source(text)
+    assert submission._may_bind("a, (b, c) = 1\nprint(f(x, y))\nfor i, j in z: pass\nprint(n := 3)") == {
+        "a", "b", "c", "i", "j", "n"}
+
+
 @pytest.mark.parametrize("ending", ["", "\n"])
 def test_a_py_cannot_claim_notebook_cells(tmp_path, ending):
     """A .py ending in the map's line would have its errors reported at cells of its choosing."""
