@@ -580,7 +580,7 @@ def notebook_source(text, name="notebook.ipynb"):
     """
     sources = _code_cells(text, name)
     used = _modules_used(sources)
-    writes = {number: _written_module(_cell_magic(source.splitlines())[1], used) or frozenset()
+    writes = {number: _written_module(_cell_magic(_cleaned_lines(source))[1], used) or frozenset()
               for number, source in enumerate(sources, 1)}
     written = set().union(*writes.values())
     # a cell over MAX_CELL_CODE is dropped whole before it is read line by line (tokenizing a 16 MiB
@@ -607,6 +607,9 @@ def notebook_source(text, name="notebook.ipynb"):
                 if with_pass is None:
                     raise
                 tree, code = ast.parse(with_pass), with_pass
+            # what parses may still not compile (`def f(w, w)`, a `return` outside a function):
+            # the kernel runs none of such a cell, as of one that does not parse
+            compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         except SyntaxError:
             broken.append((code, number))
             continue
@@ -614,6 +617,10 @@ def notebook_source(text, name="notebook.ipynb"):
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
         statements += _statements(tree, code, number, written)
         del tree
+    reset = max(((number, line) for number, source in enumerate(sources, 1) if len(source) <= MAX_CELL_CODE
+                 for line in _resets(source)), default=None)
+    if reset is not None:  # `%reset -f` empties the kernel's namespace: nothing bound before it is left
+        statements = [s for s in statements if (s.cell, s.line) > reset]
     statements = _reimported(statements, writes)
     _read_through_aliases(statements, writes)
     statements = _attached_or_dropped(statements)
@@ -837,22 +844,25 @@ def _cell_python(source, used):
     blank in the first, and in the second, when there is an indented one after some code, that one
     a `pass` (`if IN_COLAB:` over `    !pip install ...` needs a statement). ("", None) for a cell
     dropped whole. used: _modules_used's (what a %%writefile cell must write to be kept)."""
-    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    lines = _cleaned_lines(source)
+    source = "\n".join(lines)
     if not _MAYBE_IPYTHON.search(source):
         return source, None
-    lines = source.split("\n")
-    first, magic = _cell_magic(lines)
-    if magic is not None:
-        words = magic[2:].split()
-        if not (words and words[0] in PYTHON_CELL_MAGICS or _written_module(magic, used) is not None):
-            return "", None
-        lines[first] = ""
+    magics, magic = _cell_magic(lines)
+    if magic is not None and _written_module(magic, used) is None:
+        return "", None
+    for index in magics:
+        lines[index] = ""
     ipython = _ipython_lines(lines)
     blank, with_pass, code_seen = [], [], False
     for index, line in enumerate(lines):
         stripped = line.lstrip()
-        if index in ipython:
-            indent = line[:len(line) - len(stripped)]
+        indent = line[:len(line) - len(stripped)]
+        if index in ipython and not indent and _TIMED.match(stripped):  # `%time x = f()` runs it in the kernel
+            blank.append(indent + _TIMED.sub("", stripped, count=1))
+            with_pass.append(blank[-1])
+            code_seen = True
+        elif index in ipython:
             blank.append("")
             with_pass.append(indent + "pass" if indent and code_seen else "")
         else:
@@ -863,10 +873,59 @@ def _cell_python(source, used):
 
 
 def _cell_magic(lines):
-    """(index, line) of a cell's magic line (`%%...`: IPython reads the first line, leading blank
-    lines skipped), or (None, None)."""
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    return (first, lines[first]) if first is not None and lines[first].startswith("%%") else (None, None)
+    """(the indexes of a cell's magic lines, the magic that decides what the rest is, or None):
+    IPython reads a cell magic on the first line (leading blank lines skipped). %%capture, %%time
+    and %%prun run the rest as a cell of its own, which may start with another (`%%capture` over
+    `%%writefile notas.py` only writes a file): read on past them to the first other magic, or
+    to code."""
+    magics, start = [], 0
+    while True:
+        first = next((i for i in range(start, len(lines)) if lines[i].strip()), None)
+        if first is None or not lines[first].startswith("%%"):
+            return magics, None
+        magics.append(first)
+        words = lines[first][2:].split()
+        if not (words and words[0] in PYTHON_CELL_MAGICS):
+            return magics, lines[first]
+        start = first + 1
+
+
+def _cleaned_lines(source):
+    """A code cell's lines as IPython's clean-up leaves them before it reads anything else, the
+    count of lines kept: the first line's indentation taken off every line that has it (a cell
+    pasted indented runs in Jupyter), then the prompts of a session pasted from a Python console
+    (`>>> `, `... `) or from IPython (`In [3]: `, `   ...: `) taken off, when the first line (or,
+    for the continuation prompt, one of the first two) has one (IPython's inputtransformer2)."""
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    shown = [i for i, line in enumerate(lines) if line and not line.isspace()][:2]
+    if not shown:
+        return lines
+    indent = lines[shown[0]][:len(lines[shown[0]]) - len(lines[shown[0]].lstrip(" \t"))]
+    if indent:
+        lines = [line[len(indent):] if line.startswith(indent) else line for line in lines]
+    for initial, prompt in _PROMPTS:
+        if initial.match(lines[shown[0]]) or len(shown) > 1 and prompt.match(lines[shown[1]]):
+            lines = [prompt.sub("", line, count=1) for line in lines]
+    return lines
+
+
+def _resets(source):
+    """The lines (from 1) of a cell's `%reset -f` (or `-f -s`) at its top level: the kernel forgets
+    every name the notebook bound before (a notebook ending in one has no class in the kernel,
+    and was graded on those before: 48)."""
+    lines = _cleaned_lines(source)
+    if _cell_magic(lines)[1] is not None:
+        return []  # a cell magic's cell (%%bash, %%writefile...): its lines are not the kernel's commands
+    return [index + 1 for index, line in enumerate(lines) if _RESET.fullmatch(line.rstrip())]
+
+
+_RESET = re.compile(r"%reset(?=.*[ \t]-f\b)(?:[ \t]+-[fs])+")
+# (the first line's prompt, any line's prompt) of a Python console and of IPython's
+_PROMPTS = ((re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
+            (re.compile(r"^((\[nav\]|\[ins\])? )?In \[\d+\]: |^[ \t]*\.{3,}: ?"),
+             re.compile(r"^((\[nav\]|\[ins\])? )?In \[\d+\]: |^[ \t]*\.{3,}: ?")))
+# `%time STATEMENT`: the kernel runs the statement in the notebook's namespace, timed
+_TIMED = re.compile(r"%time[ \t]+(?=\S)")
 
 
 def _written_module(magic_line, used):

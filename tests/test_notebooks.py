@@ -15,7 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autograder import feedback, submission
@@ -673,7 +673,7 @@ def test_line_magics_shell_and_help_lines_are_dropped_keeping_line_numbers():
     cells = (
         "%matplotlib inline\n!pip install einops\nfiles = !ls\nout, err = %sx ls\ntorch.nn.Linear?\n??torch\n"
         "import torch\n%load_ext autoreload",
-        "    !nvidia-smi\nif torch.cuda.is_available():\n    !nvidia-smi\n    %env CUDA_LAUNCH_BLOCKING=1\n"
+        "!nvidia-smi\nif torch.cuda.is_available():\n    !nvidia-smi\n    %env CUDA_LAUNCH_BLOCKING=1\n"
         "else:\n    LIMIT = 3",
         "class SelfAttention:\n    def f(self):\n        %time x = 1\n        return LIMIT",
     )
@@ -684,6 +684,51 @@ def test_line_magics_shell_and_help_lines_are_dropped_keeping_line_numbers():
     assert lines.locate(module.index("    LIMIT = 3") + 1) == (2, 6)
     assert lines.locate(module.index("        return LIMIT") + 1) == (3, 4)
     assert module[module.index("    LIMIT = 3") - 2] == "    pass"  # the magic's place in its block
+
+
+@pytest.mark.parametrize("pasted", [
+    "    NEG = float('-inf')\n\n    def escala(d):\n        return d ** -0.5",  # pasted indented
+    "\n  \n  NEG = float('-inf')\n  def escala(d):\n      return d ** -0.5",
+    ">>> NEG = float('-inf')\n>>> def escala(d):\n...     return d ** -0.5\n...",  # from a Python console
+    "In [3]: NEG = float('-inf')\n\nIn [4]: def escala(d):\n   ...:     return d ** -0.5\n   ...:",  # from IPython
+])
+def test_a_cell_pasted_indented_or_with_prompts_is_read_as_ipython_cleans_it(pasted):
+    """IPython takes the first line's indentation off every line of a cell, and the prompts of a
+    pasted console session, before it runs it: such a cell runs in Jupyter, and was refused whole
+    (0/48) or dropped (21/48: a NameError for escala) by the grader (an outside writer's correct
+    notebooks). Line numbers stay the cell's."""
+    source = kept(pasted, "class SelfAttention:\n    def f(self):\n        return escala(4), NEG")
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"]().f() == (0.5, float("-inf"))
+    lines, module = cell_lines(source), code_of(source).splitlines()
+    defined = next(n for n, line in enumerate(module, 1) if "def escala" in line)
+    assert lines.locate(defined)[0] == 1 and "def escala" in pasted.split("\n")[lines.locate(defined)[1] - 1]
+
+
+def test_cell_magics_that_run_python_are_read_past_to_the_magic_under_them():
+    """%%capture (or %%time) runs the rest of its cell as a cell: under it, `%%writefile notas.py`
+    only writes a file nothing imports, and the class in it runs nowhere (graded before: 48 where
+    the kernel earns 43, an outside attacker's); `%%writefile attention.py` under it is the
+    exercise's file, as alone. `%time STATEMENT` at the top of a cell runs the statement."""
+    for outer in ("%%capture", "%%time", "%%capture salida\n%%time"):
+        assert "SelfAttention" not in names(kept(f"{outer}\n%%writefile notas.py\n{CLASS}"))
+        assert names(kept(f"{outer}\n%%writefile attention.py\n{CLASS}")) == ["SelfAttention"]
+    source = kept("import torch\nNEG = 1\n%time NEG = 2", "class SelfAttention:\n    x = NEG")
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"].x == 2
+
+
+def test_what_a_reset_empties_is_not_graded():
+    """`%reset -f` empties the kernel's namespace: a notebook ending in one has no class in the
+    kernel (graded 48 on the classes before it: an outside attacker's). What comes after it counts."""
+    assert names(kept("import torch\nclass SelfAttention:\n    pass", "%reset -f")) == []
+    source = kept("class SelfAttention:\n    origen = 'antes'", "NEG = 1\n%reset -f -s\nNEG = 2",
+                  "class SelfAttention:\n    x = NEG")
+    assert names(source) == ["NEG", "SelfAttention"] and "'antes'" not in source
+    for kept_all in ("%reset -f in", "%reset", "if False:\n    %reset -f", "%%bash\n%reset -f"):
+        assert names(kept("class SelfAttention:\n    pass", kept_all)) == ["SelfAttention"], kept_all
 
 
 def test_text_and_raw_cells_are_not_counted():
@@ -737,6 +782,24 @@ def test_what_a_cell_that_does_not_parse_may_bind_is_read_in_time_linear_in_the_
         "a", "b", "c", "i", "j", "n"}
 
 
+@pytest.mark.parametrize("not_compiling", ["def graficar(w, w):\n    pass", "return None", "nonlocal NEG"])
+def test_a_cell_that_parses_but_does_not_compile_runs_nothing_as_in_the_kernel(not_compiling):
+    """`def graficar(w, w)` or a stray `return` parses, but Python refuses to compile it: the kernel
+    runs none of that cell, and a class fixed there is not the kernel's (48 where the kernel
+    earns 43; 48 for a notebook whose only cell that is, and whose .py scores 0: an outside
+    attacker's). Such a cell is dropped as one that does not parse is, or its error reported
+    where it binds what the notebook needs (a graded class here)."""
+    others = "class MultiHeadAttention:\n    pass\n\nclass CausalSelfAttention:\n    pass"
+    source = kept("class SelfAttention:\n    origen = 'primera'", others, f"{not_compiling}\n\nDEMO = 1")
+    assert not_compiling not in source  # binds nothing the classes use: dropped
+    for fixed in (f"{not_compiling}\n\nclass SelfAttention:\n    origen = 'arreglada'",  # a class fixed there
+                  f"{not_compiling}\n\nclass SelfAttention:\n    pass\n\n{others}"):  # the only cell
+        source = kept("class SelfAttention:\n    origen = 'primera'", others, fixed)
+        with pytest.raises(SyntaxError) as caught:  # reported at the student's cell and line
+            compile(source, "attention.py", "exec")
+        assert cell_lines(source).locate(caught.value.lineno) == (3, 1)
+
+
 @pytest.mark.parametrize("ending", ["", "\n"])
 def test_a_py_cannot_claim_notebook_cells(tmp_path, ending):
     """A .py ending in the map's line would have its errors reported at cells of its choosing."""
@@ -767,6 +830,10 @@ PYTHON_LINES = ["import torch", "import math as m", "NEG = float('-inf')", "NEG 
                 min_size=1, max_size=6),
        st.sampled_from(["", "%%capture\n", "%%bash\n", "\n%%time\n"]))
 def test_any_mix_of_cells_keeps_students_lines(cells, magic):
+    # a cell whose first line is indented loses that indentation on every line, in IPython as here
+    # (test_a_cell_pasted_indented_or_with_prompts_is_read_as_ipython_cleans_it): `    !nvidia-smi`
+    # over `class Box:` leaves the class's body unindented, a cell the kernel refuses too
+    assume(not any(cell.strip() and cell.lstrip("\n")[:1] in (" ", "\t") for cell in cells))
     text = notebook(magic + cells[0], *cells[1:])
     source = notebook_source(text)
     compile(source, "attention.py", "exec")
