@@ -180,7 +180,8 @@ def limits_block(config, language):
     instructor's to change, but numbers the statement must not repeat by hand)."""
     limits = config.limits
     values = {name: number(getattr(limits, name), language) for name in limits.__dataclass_fields__}
-    values.update(notebook_cell_kib=submission.MAX_CELL_CODE >> 10, notebook_code_mib=submission.MAX_NOTEBOOK_CODE >> 20)
+    values.update(notebook_cell_kib=submission.MAX_CELL_CODE >> 10, notebook_code_mib=submission.MAX_NOTEBOOK_CODE >> 20,
+                  py_mib=submission.MAX_BYTES >> 20, notebook_mib=submission.MAX_NOTEBOOK_BYTES >> 20)
     return wrap(catalog(language)["statement"]["limits"].strip().format(**values))
 
 
