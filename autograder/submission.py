@@ -585,9 +585,9 @@ def notebook_source(text, name="notebook.ipynb"):
     written = set().union(*writes.values())
     # a cell over MAX_CELL_CODE is dropped whole before it is read line by line (tokenizing a 16 MiB
     # cell took 27 s of the grader's CPU); its size still counts against MAX_NOTEBOOK_CODE
-    cells = [("", None) if len(source) > MAX_CELL_CODE else _cell_python(source, used) for source in sources]
+    cells = [("", None, ()) if len(source) > MAX_CELL_CODE else _cell_python(source, used) for source in sources]
     size = sum(len(source.encode("utf-8", "surrogatepass")) + 1 for source in sources if len(source) > MAX_CELL_CODE)
-    for code, _ in cells:
+    for code, _, _ in cells:
         if "\0" in code:  # ast refuses it, as a ValueError or a SyntaxError depending on the Python
             raise SubmissionUnreadable("null_bytes", file=name)
         try:
@@ -597,7 +597,7 @@ def notebook_source(text, name="notebook.ipynb"):
     if size > MAX_NOTEBOOK_CODE:
         raise SubmissionUnreadable("notebook_code_too_large", file=name, limit_kib=MAX_NOTEBOOK_CODE >> 10)
     statements, broken = [], []
-    for number, (code, with_pass) in enumerate(cells, 1):
+    for number, (code, with_pass, timed) in enumerate(cells, 1):
         if len(code.encode()) > MAX_CELL_CODE:
             continue
         try:
@@ -615,7 +615,7 @@ def notebook_source(text, name="notebook.ipynb"):
             continue
         except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
             raise SubmissionUnreadable("notebook_unparsable", file=name, error=type(exc).__name__) from None
-        statements += _statements(tree, code, number, written)
+        statements += [s for s in _statements(tree, code, number, written) if s.line not in timed or not _binds_a_name(s)]
         del tree
     reset = max(((number, line) for number, source in enumerate(sources, 1) if len(source) <= MAX_CELL_CODE
                  for line in _resets(source)), default=None)
@@ -840,17 +840,22 @@ def _read_through_aliases(statements, writes):
 
 
 def _cell_python(source, used):
-    """(Python, Python with `pass`) of a code cell, as many lines as the cell has: its IPython lines
-    blank in the first, and in the second, when there is an indented one after some code, that one
-    a `pass` (`if IN_COLAB:` over `    !pip install ...` needs a statement). ("", None) for a cell
-    dropped whole. used: _modules_used's (what a %%writefile cell must write to be kept)."""
+    """(Python, Python with `pass`, timed) of a code cell, as many lines as the cell has: its IPython
+    lines blank in the first, and in the second, when there is an indented one after some code,
+    that one a `pass` (`if IN_COLAB:` over `    !pip install ...` needs a statement); timed: the
+    lines (from 1) the kernel runs inside %timeit's function, where a name bound stays there and
+    only a change to an object (`SelfAttention.forward = f`) reaches the notebook. ("", None, ())
+    for a cell dropped whole. used: _modules_used's (what a %%writefile cell must write to be kept)."""
     lines = _cleaned_lines(source)
     source = "\n".join(lines)
     if not _MAYBE_IPYTHON.search(source):
-        return source, None
+        return source, None, ()
     magics, magic = _cell_magic(lines)
-    if magic is not None and _written_module(magic, used) is None:
-        return "", None
+    timed = set()
+    if magic is not None and magic[2:].split()[:1] == ["timeit"]:
+        timed.update(range(1, len(lines) + 1))
+    elif magic is not None and _written_module(magic, used) is None:
+        return "", None, ()
     for index in magics:
         lines[index] = ""
     ipython = _ipython_lines(lines)
@@ -858,10 +863,13 @@ def _cell_python(source, used):
     for index, line in enumerate(lines):
         stripped = line.lstrip()
         indent = line[:len(line) - len(stripped)]
-        if index in ipython and not indent and _TIMED.match(stripped):  # `%time x = f()` runs it in the kernel
-            blank.append(indent + _TIMED.sub("", stripped, count=1))
+        timing = _TIMED.match(stripped) if index in ipython and not indent else None
+        if timing:  # `%time x = f()` runs its statement in the kernel; %timeit, in a function
+            blank.append(stripped[timing.end():])
             with_pass.append(blank[-1])
             code_seen = True
+            if timing[1].startswith("timeit"):
+                timed.add(index + 1)
         elif index in ipython:
             blank.append("")
             with_pass.append(indent + "pass" if indent and code_seen else "")
@@ -869,7 +877,25 @@ def _cell_python(source, used):
             code_seen = code_seen or bool(stripped)
             blank.append(line)
             with_pass.append(line)
-    return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None)
+    return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None), timed
+
+
+def _binds_a_name(statement):
+    """Whether a statement binds a name where it runs (a def, a class, an import, `x = ...`), rather
+    than only changing an object (`SelfAttention.forward = f`, `OPTS["x"] = 1`, `setattr(...)`)."""
+    try:
+        tree = ast.parse(statement.text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return True
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (*_DEFINITIONS, *_IMPORTS)) or isinstance(node, (ast.Name, ast.NamedExpr)) and not isinstance(
+                getattr(node, "ctx", ast.Store()), ast.Load):
+            return True
+        if not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _cell_magic(lines):
@@ -924,8 +950,9 @@ _RESET = re.compile(r"%reset(?=.*[ \t]-f\b)(?:[ \t]+-[fs])+")
 _PROMPTS = ((re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
             (re.compile(r"^((\[nav\]|\[ins\])? )?In \[\d+\]: |^[ \t]*\.{3,}: ?"),
              re.compile(r"^((\[nav\]|\[ins\])? )?In \[\d+\]: |^[ \t]*\.{3,}: ?")))
-# `%time STATEMENT`: the kernel runs the statement in the notebook's namespace, timed
-_TIMED = re.compile(r"%time[ \t]+(?=\S)")
+# `%time STATEMENT` (the kernel runs the statement in the notebook's namespace, timed) and
+# `%timeit [-n1 -r1 ...] STATEMENT` (in a function of its own, many times)
+_TIMED = re.compile(r"%(time|timeit(?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqo]))*)[ \t]+(?=\S)")
 
 
 def _written_module(magic_line, used):

@@ -720,6 +720,18 @@ def test_cell_magics_that_run_python_are_read_past_to_the_magic_under_them():
     assert namespace["SelfAttention"].x == 2
 
 
+def test_what_timeit_runs_changes_objects_but_binds_no_name():
+    """%timeit (a line or a %%timeit cell) runs its code inside a function of its own: a name it
+    binds stays there, while a change to an object, `SelfAttention.forward = f`, reaches the
+    notebook (an outside attacker's: graded without that change, 48 where the kernel earns 43)."""
+    for timed in ("%%timeit -n1 -r1\nSelfAttention.origen = 'timeit'\nNEG = 5\nclass SelfAttention:\n    pass",
+                  "%timeit -n1 -r1 SelfAttention.origen = 'timeit'\n%timeit -n 1 NEG = 5"):
+        source = kept("NEG = 1\nclass SelfAttention:\n    origen = 'clase'", timed, "class MultiHeadAttention:\n    x = NEG")
+        graded = types.ModuleType("graded")
+        exec(compile(code_of(source), "graded", "exec"), graded.__dict__)
+        assert (graded.SelfAttention.origen, graded.MultiHeadAttention.x) == ("timeit", 1), timed
+
+
 def test_what_a_reset_empties_is_not_graded():
     """`%reset -f` empties the kernel's namespace: a notebook ending in one has no class in the
     kernel (graded 48 on the classes before it: an outside attacker's). What comes after it counts."""
