@@ -53,6 +53,20 @@ def test_a_wrong_scale_alone_is_measured(projections, scale, measured):
         assert code == "wrong_scale" and params["measured"] == pytest.approx(measured, abs=1e-5)
 
 
+def test_a_scale_missed_by_a_call_that_changed_torchs_settings_names_the_settings(projections):
+    """Weights a matmul in bfloat16 moved (`torch.backends.mkldnn.matmul.fp32_precision = 'bf16'`
+    in forward): no scale, or another, fits, and the setting the call changed is the mistake named
+    (an outside writer's file was told to fix its projections). A scale that fits names nothing."""
+    _, q, k, d_k = projections
+    scores = reference.unscaled_scores(q, k)
+    changed = ["torch.backends.mkldnn.matmul.fp32_precision"]
+    for wrong in (softmax(0.3 * scores), softmax(scores.swapaxes(-1, -2))):
+        with pytest.raises(PropertyFailure) as caught:
+            checks.scale_is(as_float32(wrong), scores, d_k, settings_changed=changed)
+        assert caught.value.code == "global_settings_changed" and caught.value.params["names"] == changed
+    checks.scale_is(as_float32(softmax(scores / np.sqrt(d_k))), scores, d_k, settings_changed=changed)
+
+
 def test_weights_of_other_scores_cannot_be_measured(projections):
     """Right scale, wrong scores (Q from W_K, K·Qᵀ): no c fits. The softmax's other axis leaves
     rows that do not sum to 1: named as rows_sum_to_one's mistake, not as a fit."""

@@ -135,13 +135,15 @@ def fitted_scale(weights, scores):
     return scale, residual
 
 
-def scale_is(weights, scores, d_k, transposed=None):
+def scale_is(weights, scores, d_k, transposed=None, settings_changed=()):
     """The weights are softmax(scores / sqrt(d_k)), scores being the reference's unscaled QKᵀ. When
     no scale fits them, the mistake is upstream of the scale (projections, head split, a transposed
     product, the softmax's axis): reported as that, not as a measured value that means nothing.
     transposed: the unscaled scores of projections applied as x @ W.weight (square layers only),
     measured on where the reference's fit nothing: a mistake of the projections, reference_match's
-    to name, that leaves the scale measurable and, when right, this property's points."""
+    to name, that leaves the scale measurable and, when right, this property's points.
+    settings_changed: torch's global settings the call changed (a matmul in bfloat16 through
+    mkldnn moves every weight): where no scale or another fits, that is the mistake named."""
     expected = 1.0 / np.sqrt(d_k)
     fit = fitted_scale(weights, scores)
     if transposed is not None and (fit is None or fit[1] > FIT_RESIDUAL):
@@ -152,9 +154,12 @@ def scale_is(weights, scores, d_k, transposed=None):
         # they differ, rows without two positive weights (zeros, NaN, one-hot) are no softmax at all
         differing = int((np.abs(scores - scores[..., :1]) > SCORE_STEP).sum())
         if differing >= 2:
+            settings_left_alone("forward", settings_changed)
             unmeasurable(weights, d_k, None)
         return
     measured, residual = fit
+    if residual > FIT_RESIDUAL or abs(measured - expected) > 1e-3 * expected:
+        settings_left_alone("forward", settings_changed)
     if residual > FIT_RESIDUAL:
         unmeasurable(weights, d_k, round(residual, 3))
     require(abs(measured - expected) <= 1e-3 * expected, "wrong_scale",
@@ -693,6 +698,8 @@ def gradients_are_the_forwards(module, call, reply, upstream):
     calling(reply.call)
     missed = abs(got - expected) > PERTURB_RTOL * max(scale, abs(expected))
     if missed:  # a difference of outputs rounded to bfloat16 or float16 is mostly rounding: said so
+        for moved_reply in (reply, plus, minus):  # as is a matmul's precision lowered for the program
+            settings_left_alone("forward", moved_reply.settings_changed)
         not_reduced_precision(outputs[0], "output" if index == 0 else "weights")
     require(not missed, "train_gradient_mismatch" if options.get("train") else "own_gradient_mismatch",
             got=float(f"{got:.4g}"), expected=float(f"{expected:.4g}"))

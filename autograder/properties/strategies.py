@@ -97,11 +97,11 @@ SIMILARITY_MULTI_HEAD = {"B": 2, "Tq": 12, "Tk": 12, "h": 2, "d_model": 6, "seed
 # be read back from the output (checks.weights_behind_output).
 SIMILARITY_CAUSAL = {"B": 24, "T": 10, "block_size": 10, "n_head": 1, "n_embd": 10, "seed": 9}
 # A head count the strategies never draw (they draw 1 to 4; the wide sizes have 8), and a prime one:
-# heads taken in groups of any size from 2 to 16 (or in groups larger than it), by a loop with a
+# heads taken in groups of any size from 2 to 40 (or in groups larger than it), by a loop with a
 # fixed step that rounds the number of groups down, leave some out only there (6 heads, once,
-# caught groups of 4 and missed groups of 8).
-ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 17, "d_model": 34, "seed": 7}
-ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 17, "n_embd": 34, "seed": 7}
+# caught groups of 4 and missed groups of 8; 17 caught those and missed groups of 32).
+ODD_HEADS_MULTI_HEAD = {"B": 2, "Tq": 5, "Tk": 6, "h": 41, "d_model": 82, "seed": 7}
+ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 41, "n_embd": 82, "seed": 7}
 
 # A sequence longer than any other call's (harness.LONG_TIMES stops at 112) and than 256, the
 # largest block a student who computes attention in chunks of queries or keys is likely to pick:
@@ -112,6 +112,17 @@ ODD_HEADS_CAUSAL = {"B": 2, "T": 6, "block_size": 8, "n_head": 17, "n_embd": 34,
 LONGEST_SELF_ATTENTION = {"B": 1, "T": 300, "d_model": 16, "d_k": 8, "seed": 6}
 LONGEST_MULTI_HEAD = {"B": 1, "Tq": 300, "Tk": 290, "h": 2, "d_model": 32, "seed": 6}
 LONGEST_CAUSAL = {"B": 1, "T": 300, "block_size": 300, "n_head": 4, "n_embd": 32, "seed": 6}
+# Past both, once: a sequence past 512 (GPT-2's block, and a chunk of queries a student may pick)
+# with heads of 160 (past 64, every other call's widest, and 128): queries taken in chunks of 512
+# that reuse the first chunk's mask rows, a mask buffer capped at 512, or a scale capped at some
+# head size (√min(d_k, 64)) are right on every other call. reference_match and fused_equivalence
+# run once more on it. Replies stay under wire.MAX_FRAME_BYTES with weights and output in float64
+# (a correct module may return them so): SelfAttention's (T, T) weights only to 400 positions (its
+# chunks of 512 are not seen: by design, in README's threat table), MultiHeadAttention with one head
+# and 200 keys (the queries are the ones taken in chunks). The statement names these sizes.
+FARTHEST_SELF_ATTENTION = {"B": 1, "T": 400, "d_model": 16, "d_k": 160, "seed": 8}
+FARTHEST_MULTI_HEAD = {"B": 1, "Tq": 600, "Tk": 200, "h": 1, "d_model": 160, "seed": 8}
+FARTHEST_CAUSAL = {"B": 1, "T": 600, "block_size": 600, "n_head": 2, "n_embd": 320, "seed": 8}
 
 
 # train_dropout once more at a rate no strategy draws (harness.also_at): RARE_P, not a whole

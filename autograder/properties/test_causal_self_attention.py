@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -181,13 +181,14 @@ def test_causality(worker, dims, data):
 
 def reference_beyond_examples(worker, dims, size, fused=False):
     """reference_match (fused_equivalence with fused) at a real model's width and head count
-    (size "wide"), at a head count the strategies never draw (size "heads") or on the longest
-    sequence (size "longest"): one input, on the explicit path (or the fused one)."""
+    (size "wide"), at a head count the strategies never draw (size "heads"), on the longest
+    sequence (size "longest") or past it with the widest heads (size "farthest"): one input, on
+    the explicit path (or the fused one)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     x = inputs(rng, dims)
     said = ({"width": f"n_embd = {dims['n_embd']}, n_head = {dims['n_head']}"} if size in ("wide", "heads")
-            else {"positions": dims["T"]})
+            else {"positions": dims["T"], "head_size": dims["n_embd"] // dims["n_head"]})
     checks.matches_beyond_examples(
         module, [((x,), {"fused": fused})], lambda i, reply: [output(reply, dims)],
         lambda i: [(expected(module.params, dims, x), "output")],
@@ -195,6 +196,7 @@ def reference_beyond_examples(worker, dims, size, fused=False):
 
 
 @graded(CLS, "reference_match")
+@also_at(reference_beyond_examples, dims=FARTHEST_CAUSAL, size="farthest")  # last: past 512 positions, heads of 160
 @also_at(reference_beyond_examples, dims=LONGEST_CAUSAL, size="longest")  # after the wide one
 @also_at(reference_beyond_examples, dims=WIDE_CAUSAL, size="wide")
 @also_at(reference_beyond_examples, dims=ODD_HEADS_CAUSAL, size="heads")
@@ -789,6 +791,7 @@ def test_large_inputs(worker, dims, fused):
 
 
 @graded(CLS, "fused_equivalence")
+@also_at(reference_beyond_examples, dims=FARTHEST_CAUSAL, size="farthest", fused=True)  # last: past 512, heads of 160
 @also_at(reference_beyond_examples, dims=LONGEST_CAUSAL, size="longest", fused=True)  # after the wide one
 @also_at(reference_beyond_examples, dims=WIDE_CAUSAL, size="wide", fused=True)
 @also_at(reference_beyond_examples, dims=ODD_HEADS_CAUSAL, size="heads", fused=True)

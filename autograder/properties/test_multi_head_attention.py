@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -216,14 +216,15 @@ def test_masked_zero(worker, dims, turn):
 def test_scale(worker, dims):
     module, rng = loaded(worker, dims)
     query, key, value = cross_inputs(rng, dims)
-    _, weights = outputs(module.run(query, key, value), dims)
+    reply = module.run(query, key, value)
+    _, weights = outputs(reply, dims)
     q, k = (reference.split_heads(reference.linear(t.astype(np.float64), module.params, n), dims["h"])
             for t, n in ((query, "W_Q"), (key, "W_K")))
     # W_Q and W_K are square: applied as x @ W.weight, a mistake of the projections, not the scale
     q_t, k_t = (reference.split_heads(t.astype(np.float64) @ module.params[f"{n}.weight"], dims["h"])
                 for t, n in ((query, "W_Q"), (key, "W_K")))
     checks.scale_is(weights, reference.unscaled_scores(q, k), dims["d_model"] // dims["h"],
-                    reference.unscaled_scores(q_t, k_t))
+                    reference.unscaled_scores(q_t, k_t), reply.settings_changed)
 
 
 def wide_reference_match(worker, dims, size="wide"):
@@ -247,19 +248,21 @@ def wide_reference_match(worker, dims, size="wide"):
                                    width=f"d_model = {dims['d_model']}, num_heads = {dims['h']}")
 
 
-def longest_reference_match(worker, dims):
-    """reference_match on the longest sequences (strategies.LONGEST_*), cross-attention with a mask
-    that closes a long prefix of keys in every other row (harness.left_padded)."""
+def longest_reference_match(worker, dims, size="longest"):
+    """reference_match on the longest sequences (strategies.LONGEST_*; size "farthest": FARTHEST_*,
+    also with the widest heads), cross-attention with a mask that closes a long prefix of keys in
+    every other row (harness.left_padded)."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     args, mask = cross_inputs(rng, dims), left_padded(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"]))
     want = reference.multi_head_attention(module.params, dims["h"], *(t.astype(np.float64) for t in args), mask)
     checks.matches_beyond_examples(module, [(args, {"mask": mask})], lambda i, reply: outputs(reply, dims),
-                                   lambda i: zip(want, ("output", "weights")), "reference_mismatch_longest",
-                                   positions=dims["Tk"])
+                                   lambda i: zip(want, ("output", "weights")), f"reference_mismatch_{size}",
+                                   positions=dims["Tq"], head_size=dims["d_model"] // dims["h"])
 
 
 @graded(CLS, "reference_match")
+@also_at(longest_reference_match, dims=FARTHEST_MULTI_HEAD, size="farthest")  # last: past 512 positions, heads of 160
 @also_at(longest_reference_match, dims=LONGEST_MULTI_HEAD)  # after the wide one (decorators apply upwards)
 @also_at(wide_reference_match, dims=WIDE_MULTI_HEAD)
 @also_at(wide_reference_match, dims=ODD_HEADS_MULTI_HEAD, size="heads")
@@ -482,6 +485,13 @@ def test_train_dropout(worker, dims, seed, p):
                 dropped_output = checks.dropped_entrywise(trained, evaluated, p)
                 raise PropertyFailure("dropout_on_output" if dropped_output else "returned_weights_before_dropout",
                                       p=p) from None
+            if failure.code == "dropout_not_applied" and np.all(np.isfinite(masked)) and np.allclose(
+                    masked.sum(axis=-1), 1.0, atol=1e-4):  # none dropped without a mask: with one?
+                try:
+                    checks.dropout_on_weights(masked_trained, masked, p)
+                except PropertyFailure:
+                    raise failure from None
+                raise PropertyFailure("dropout_not_applied_unmasked", **failure.params) from None
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
         checks.dropout_follows_seed(train_weights, reseeded, p, "weights", call=replies[4].call)

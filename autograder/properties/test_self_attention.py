@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
-from .strategies import LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
+from .strategies import FARTHEST_SELF_ATTENTION, LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
 CLS = "SelfAttention"
@@ -152,13 +152,14 @@ def test_masked_zero(worker, dims, turn):
 def test_scale(worker, dims):
     module, rng = loaded(worker, dims)
     x = inputs(rng, dims)
-    _, weights = outputs(module.run(x), dims)
+    reply = module.run(x)
+    _, weights = outputs(reply, dims)
     q, k = (reference.linear(x.astype(np.float64), module.params, n) for n in ("W_Q", "W_K"))
     transposed = None
     if d_k_of(dims) == dims["d_model"]:  # square layers can be applied as x @ W.weight too
         q_t, k_t = (x.astype(np.float64) @ module.params[f"{n}.weight"] for n in ("W_Q", "W_K"))
         transposed = reference.unscaled_scores(q_t, k_t)
-    checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims), transposed)
+    checks.scale_is(weights, reference.unscaled_scores(q, k), d_k_of(dims), transposed, reply.settings_changed)
 
 
 def wide_reference_match(worker, dims):
@@ -176,19 +177,21 @@ def wide_reference_match(worker, dims):
                                    expected, "reference_mismatch_wide", width=f"d_model = {dims['d_model']}, d_k = {dims['d_k']}")
 
 
-def longest_reference_match(worker, dims):
-    """reference_match on the longest sequence (strategies.LONGEST_*), with a mask that closes a long
-    prefix of keys in every other row (harness.left_padded)."""
+def longest_reference_match(worker, dims, size="longest"):
+    """reference_match on the longest sequence (strategies.LONGEST_*; size "farthest": FARTHEST_*,
+    also with the widest heads), with a mask that closes a long prefix of keys in every other row
+    (harness.left_padded)."""
     module, rng = loaded(worker, dims)
     example(**dims)
     x, mask = inputs(rng, dims), left_padded(random_mask(rng, dims["B"], dims["T"], dims["T"]))
     checks.matches_beyond_examples(
         module, [((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
         lambda i: zip(reference.self_attention(module.params, x.astype(np.float64), mask), ("output", "weights")),
-        "reference_mismatch_longest", positions=dims["T"])
+        f"reference_mismatch_{size}", positions=dims["T"], head_size=dims["d_k"])
 
 
 @graded(CLS, "reference_match")
+@also_at(longest_reference_match, dims=FARTHEST_SELF_ATTENTION, size="farthest")  # last: past 512 positions, heads of 160
 @also_at(longest_reference_match, dims=LONGEST_SELF_ATTENTION)  # after the wide one (decorators apply upwards)
 @also_at(wide_reference_match, dims=WIDE_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), scales=st.permutations(INPUT_SCALES))
