@@ -781,3 +781,17 @@ def test_a_dropout_used_at_its_p_passes_the_high_rate_check_and_a_capped_one_nev
                 codes.append((rate, failure.code))
     assert {code for rate, code in codes if rate == p} == {None}
     assert {code for rate, code in codes if rate == 0.9} == {"dropout_ignores_p"}
+
+
+@pytest.mark.parametrize("message, judges", [
+    ("Expected all tensors to be on the same device, but found at least two devices, meta and cpu!", True),
+    ("Cannot copy out of meta tensor; no data!", True),
+    ("Tensor.item() cannot be called on meta tensors", False),
+    # torch.autocast(device_type=x.device.type, ...): autocast has no meta mode (an outside writer's
+    # file lost the device point to it, where it runs on every real device)
+    ("User specified an unsupported autocast device_type 'meta'", False),
+    ("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)", False),
+])
+def test_an_error_on_meta_judges_devices_only_where_it_names_them_and_is_no_lack_of_data(message, judges):
+    assert checks.device_error(message, "meta") is judges
+    assert checks.device_error(message, "cuda") is True  # on a real device every error does

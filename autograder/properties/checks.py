@@ -1693,6 +1693,8 @@ META_LIMITATIONS = (
     # masked_fill(mask, torch.tensor(-inf)): a 0-dim CPU value, which cuda, xpu, mps and hpu accept
     # (torch._refs.masked_fill); only meta refuses it
     "Expected `value` to be on same device as `a`",
+    # torch.autocast(device_type=x.device.type): autocast has no meta mode, whatever the module's devices
+    "unsupported autocast device_type 'meta'",
 )
 
 
