@@ -923,14 +923,14 @@ def _cleaned_lines(source):
     (`>>> `, `... `) or from IPython (`In [3]: `, `   ...: `) taken off, when the first line (or,
     for the continuation prompt, one of the first two) has one (IPython's inputtransformer2)."""
     lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    shown = [i for i, line in enumerate(lines) if line and not line.isspace()][:2]
-    if not shown:
+    first = next((i for i, line in enumerate(lines) if line and not line.isspace()), None)
+    if first is None:
         return lines
-    indent = lines[shown[0]][:len(lines[shown[0]]) - len(lines[shown[0]].lstrip(" \t"))]
+    indent = lines[first][:len(lines[first]) - len(lines[first].lstrip(" \t"))]
     if indent:
         lines = [line[len(indent):] if line.startswith(indent) else line for line in lines]
     for initial, prompt in _PROMPTS:
-        if initial.match(lines[shown[0]]) or len(shown) > 1 and prompt.match(lines[shown[1]]):
+        if initial.match(lines[first]) or first + 1 < len(lines) and prompt.match(lines[first + 1]):
             lines = [prompt.sub("", line, count=1) for line in lines]
     return lines
 

@@ -706,6 +706,26 @@ def test_a_cell_pasted_indented_or_with_prompts_is_read_as_ipython_cleans_it(pas
     assert lines.locate(defined)[0] == 1 and "def escala" in pasted.split("\n")[lines.locate(defined)[1] - 1]
 
 
+PASTED_LINES = [">>> x = 1", "... y = 2", ">>>", "...", "In [3]: z = 3", "   ...: w = 4", "  a = 1", "\tb = 2",
+                "c = 3", "", "   ", "    d = 4", "[ins] In [1]: e = 5"]
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.lists(st.sampled_from(PASTED_LINES), min_size=1, max_size=6))
+def test_a_cells_lines_are_cleaned_as_ipython_cleans_them(lines):
+    """submission._cleaned_lines against IPython's own clean-up (inputtransformer2), line by line:
+    the same text, and the cell's line count kept (IPython drops the leading blank lines)."""
+    transformer = pytest.importorskip("IPython.core.inputtransformer2").TransformerManager()
+    cell = "\n".join(lines)
+    cleaned = submission._cleaned_lines(cell)
+    assert len(cleaned) == len(lines)
+    theirs = cell.splitlines(keepends=True)
+    for step in transformer.cleanup_transforms:  # leading blank lines, indentation, prompts
+        theirs = step(theirs)
+    first = next((i for i, line in enumerate(lines) if line and not line.isspace()), len(lines))
+    assert "\n".join(cleaned[first:]).rstrip("\n") == "".join(theirs).rstrip("\n")
+
+
 def test_cell_magics_that_run_python_are_read_past_to_the_magic_under_them():
     """%%capture (or %%time) runs the rest of its cell as a cell: under it, `%%writefile notas.py`
     only writes a file nothing imports, and the class in it runs nowhere (graded before: 48 where
