@@ -920,8 +920,8 @@ def _cleaned_lines(source):
     """A code cell's lines as IPython's clean-up leaves them before it reads anything else, the
     count of lines kept: the first line's indentation taken off every line that has it (a cell
     pasted indented runs in Jupyter), then the prompts of a session pasted from a Python console
-    (`>>> `, `... `) or from IPython (`In [3]: `, `   ...: `) taken off, when the first line (or,
-    for the continuation prompt, one of the first two) has one (IPython's inputtransformer2)."""
+    (`>>> `, `... `) or from IPython (`In [3]: `, `   ...: `) taken off, when the first line that
+    is not blank has one (or the line after it, a continuation prompt: IPython's inputtransformer2)."""
     lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     first = next((i for i, line in enumerate(lines) if line and not line.isspace()), None)
     if first is None:
