@@ -520,7 +520,12 @@ LINES_MARKER = "# autograder: the notebook cells of the lines above: "
 _BUILTINS = frozenset(dir(builtins)) | {"display", "get_ipython", "In", "Out"}
 _ASSIGN_FROM_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[!%]")  # files = !ls
 _HELP = re.compile(r"\s*(?:\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*")  # obj? and ??obj
-_MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
+_MAYBE_IPYTHON = re.compile(r"^[^\S\n]*[%!?/,;]|=[^\S\n]*[!%]|\?[^\S\n]*$", re.MULTILINE)  # a line of those may be there
+# IPython's autocall escapes, as its inputtransformer2 writes them: `/f a b` is f(a, b), `,f a b` is
+# f("a", "b"), `;f a b` is f("a b")
+_AUTOCALLS = {"/": lambda name, args: "%s(%s)" % (name, ", ".join(args.split())),
+              ",": lambda name, args: '%s("%s")' % (name, '", "'.join(args.split())),
+              ";": lambda name, args: '%s("%s")' % (name, args)}
 _IMPORTS = (ast.Import, ast.ImportFrom)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete, ast.If, ast.Try, ast.Match,
@@ -560,7 +565,8 @@ def notebook_source(text, name="notebook.ipynb"):
       runs as Python, and %%writefile of a .py (attention.py, or a module the notebook imports or
       %runs: `from capas import SelfAttention` is dropped, its code being here already): their
       magic line alone is dropped. A .py that is only written runs nowhere: dropped whole. Markdown and raw cells never count.
-    - Line magics, shell lines (!pip install...), `x = !cmd` and `obj?` help lines are dropped.
+    - Line magics, shell lines (!pip install...) and `obj?` help lines are dropped; `x = !cmd`, `x =
+      %magic` and the autocall escapes (`/f a b`) are read as IPython's Python (_as_python).
     - A code cell over MAX_CELL_CODE is dropped whole, unparsed (the module's docstring: why).
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
       then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
@@ -569,7 +575,8 @@ def notebook_source(text, name="notebook.ipynb"):
       bound nowhere else, or, in its place, after kept code when its module is installed (it may
       rebind what the classes use, as in the kernel). Nothing else runs: loops, prints, plots, calls, unused imports
       (tqdm, google.colab...), unused functions, classes and constants, anything calling
-      get_ipython(). `from __future__` imports are kept, first.
+      get_ipython() (unless it binds last a name kept code uses: _needed). `from __future__`
+      imports are kept, first.
 
     Each kept statement is its original text; every line of the module maps to one line of one
     code cell, counted as Jupyter does (cells from 1, code cells only; lines from 1, the magic
@@ -859,6 +866,7 @@ def _cell_python(source, used):
     for index in magics:
         lines[index] = ""
     ipython = _ipython_lines(lines)
+    continued = lambda index: index - 1 in ipython and lines[index - 1].rstrip().endswith("\\")  # `!ls \`
     blank, with_pass, code_seen = [], [], False
     for index, line in enumerate(lines):
         stripped = line.lstrip()
@@ -870,6 +878,10 @@ def _cell_python(source, used):
             code_seen = True
             if timing[1].startswith("timeit"):
                 timed.add(index + 1)
+        elif index in ipython and not continued(index) and _as_python(line) is not None:
+            blank.append(_as_python(line))
+            with_pass.append(blank[-1])
+            code_seen = True
         elif index in ipython:
             blank.append("")
             with_pass.append(indent + "pass" if indent and code_seen else "")
@@ -878,6 +890,28 @@ def _cell_python(source, used):
             blank.append(line)
             with_pass.append(line)
     return "\n".join(blank), ("\n".join(with_pass) if with_pass != blank else None), timed
+
+
+def _as_python(line):
+    """The Python IPython runs for a line that may change the notebook's names or objects, or None
+    for any other IPython line (`!cmd`, `%magic`, `obj?`: dropped). `x = !cmd` and `x = %magic
+    args` bind x to what IPython returns (IPython's own text: get_ipython() is not there where the
+    grader runs, so such a line kept because the classes use x fails at import, at its own line,
+    saying so; dropped, an earlier `x = ...` was graded where the kernel holds the command's
+    output); the autocall escapes call their function (`/setattr SelfAttention forward f` patched
+    the kernel's class and not the graded one)."""
+    assigned = _ASSIGN_FROM_MAGIC.match(line)
+    if assigned:
+        target, escape, content = line[:assigned.end() - 1], line[assigned.end() - 1], line[assigned.end():]
+        if escape == "!":
+            return f"{target}get_ipython().getoutput({content!r})"
+        magic, _, args = content.partition(" ")
+        return f"{target}get_ipython().run_line_magic({magic!r}, {args!r})"
+    stripped = line.lstrip()
+    if stripped[:1] in _AUTOCALLS:
+        name, _, args = stripped[1:].partition(" ")
+        return line[:len(line) - len(stripped)] + _AUTOCALLS[stripped[0]](name, args)
+    return None
 
 
 def _binds_a_name(statement):
@@ -1005,8 +1039,8 @@ def _modules_used(sources):
 
 def is_ipython_line(line):
     """Whether a line reads as IPython rather than Python where a statement begins (!cmd, %magic,
-    x = !cmd, obj?)."""
-    return line.lstrip().startswith(("%", "!")) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line)
+    x = !cmd, obj?, the autocall escapes /f, ,f and ;f)."""
+    return line.lstrip().startswith(("%", "!", *_AUTOCALLS)) or _ASSIGN_FROM_MAGIC.match(line) or _HELP.fullmatch(line)
 
 
 def ipython_command(source, line):
@@ -1626,11 +1660,16 @@ def _needed(statements, modules=None):
         if scope is not None:
             found = [index for index in found if modules.get(statements[index].cell) == scope] or found
         for index in found:
-            if state[index] is not None:
+            last = index == found[-1]
+            if state[index] is True or state[index] is False and not last:
                 continue
             statement = statements[index]
             uses = _uses(statement)
-            state[index] = statement.kind == "definition" or uses is not None and "get_ipython" not in uses
+            # Code that needs IPython (`x = !cmd`, get_ipython()) runs in a kernel only: dropped,
+            # unless it is the last to bind a name kept code uses: the kernel holds its value,
+            # which the grader cannot have (an earlier `x = ...` was graded instead): kept, the
+            # import fails at its line, saying so.
+            state[index] = statement.kind == "definition" or uses is not None and ("get_ipython" not in uses or last)
             if state[index]:
                 pending += [(name, modules.get(statement.cell)) for name in uses or ()]
     unresolved = any(name not in binders and name not in ASKED and name not in _BUILTINS

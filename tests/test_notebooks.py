@@ -593,10 +593,59 @@ def test_a_change_in_place_inside_a_block_or_through_vars_is_kept(change):
     exec(compile(code_of(source), "<notebook>", "exec"), namespace)
     assert namespace["SelfAttention"]().f() == 2
 
-def test_get_ipython_never_runs():
+def test_get_ipython_runs_only_where_the_kernels_value_is_needed():
+    """Code that needs IPython is dropped, unless it binds last a name the classes use: the kernel
+    holds that value, the grader cannot, and an earlier binding would grade other code."""
     source = kept("ip = get_ipython()\nip.run_line_magic('matplotlib', 'inline')\nget_ipython().system('ls')",
                   "class SelfAttention:\n    shell = ip")
-    assert names(source) == ["SelfAttention"]
+    assert names(source) == ["ip", "SelfAttention"] and "run_line_magic" not in source and "system" not in source
+    assert names(kept("ip = get_ipython()", "ip = 1", "class SelfAttention:\n    shell = ip")) == ["ip", "SelfAttention"]
+    assert "get_ipython" not in kept("ip = get_ipython()", "ip = 1", "class SelfAttention:\n    shell = ip")
+    assert "get_ipython" not in kept("ip = get_ipython()", "class SelfAttention:\n    pass")
+
+
+@pytest.mark.parametrize("line", [
+    "X = !echo b", "x.y, z = %time f(1)", "files = !ls -la", "out = %sx ls", "    res = !nvidia-smi",
+    "/setattr SelfAttention 'forward' f", "/f", ",f a b", ";f a  b", "    /g x, y",
+])
+def test_ipython_lines_that_bind_or_call_are_read_as_ipython_translates_them(line):
+    """`x = !cmd`, `x = %magic` and the autocall escapes, each as IPython's inputtransformer2 writes it."""
+    transformer = pytest.importorskip("IPython.core.inputtransformer2").TransformerManager()
+    body = line if not line.startswith(" ") else "if True:\n" + line
+    assert submission._cell_python(body, frozenset())[0] == transformer.transform_cell(body).rstrip("\n")
+
+
+CLASSES_READING_MODE = "class SelfAttention:\n    def f(self):\n        return MODE"
+
+
+@pytest.mark.parametrize("command", ["MODE = !echo b", "MODE = %env HOME", "if True:\n    MODE = !echo b"])
+def test_a_name_the_classes_use_bound_last_by_ipython_fails_at_its_line(command):
+    """The kernel holds the command's output; dropping the line graded the earlier `MODE = 'a'`
+    (48 where the kernel earns less: an outside attacker's). Kept, the import fails at the
+    student's line, and the message says IPython is why."""
+    source = kept("MODE = 'a'", command, CLASSES_READING_MODE)
+    with pytest.raises(NameError, match="get_ipython"):
+        exec(compile(code_of(source), "<notebook>", "exec"), {})
+    module = code_of(source).splitlines()
+    line = next(n for n, text in enumerate(module, 1) if "get_ipython" in text)
+    assert cell_lines(source).locate(line) == (2, command.count("\n") + 1)
+    for language, said in [("es", "sin IPython"), ("en", "without IPython")]:
+        found = outcome("submission.import_error", message="name 'get_ipython' is not defined", exc_type="NameError",
+                        line=1, cell=2)
+        text = feedback.message(found, language)
+        assert said in text and "celda" in text if language == "es" else said in text and "cell 2" in text
+        assert feedback.catalog(language)["labels"]["hint"] not in text
+    rebound = kept(command, "MODE = 'a'", CLASSES_READING_MODE)  # the kernel's MODE is 'a'
+    assert "get_ipython" not in rebound and "MODE = 'a'" in rebound
+
+
+def test_an_autocall_escape_runs_as_the_call_it_is():
+    """`/setattr SelfAttention forward f` patches the kernel's class: the graded one was left unpatched."""
+    source = kept("def f(self):\n    return 'patched'", "class SelfAttention:\n    def forward(self):\n        return 1",
+                  "/setattr SelfAttention 'forward' f", ",print hola")
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"]().forward() == "patched"
 
 
 def test_future_imports_come_first():

@@ -445,8 +445,10 @@ def _template(outcome, failures):
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
             elif code in NAME_ERRORS and params.get("exc_type") == "NameError" and undefined:
-                # most often a name the notebook binds in code not kept
-                code, params["name"] = NAME_ERRORS[code], undefined.group(1)
+                # most often a name the notebook binds in code not kept; get_ipython, IPython's own:
+                # a line the classes depend on needs IPython (`x = !cmd`), which the grader lacks
+                params["name"] = undefined.group(1)
+                code = "submission.ipython_needed" if params["name"] == "get_ipython" else NAME_ERRORS[code]
         template = failures.get(f"{code}.in_cell")
         if template:
             return _fitted(_in_function(template, params, failures), params), params
