@@ -1121,6 +1121,8 @@ def _statements(tree, code, cell, written=frozenset()):
                 kind = "star" if names == ["*"] else "import"
         elif attaching := _attaching(node):
             kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
+        elif isinstance(node, ast.ClassDef) and _class_body_changes(node):
+            kind, names = "statement", (node.name, *sorted(_class_body_changes(node)))
         elif isinstance(node, _DEFINITIONS):
             kind, names = "definition", (node.name,)
         elif isinstance(node, _STATEMENTS) or _walrus(node):
@@ -1411,20 +1413,79 @@ def _walrus(node):
 
 
 def _mutated(node):
-    """The name a statement such as `OPTS.update(...)` (see _MUTATORS; also on an item or an
-    attribute of it, `OPTS["sa"].update(...)`) or `setattr(SelfAttention, "forward", forward)`
-    changes in place, or None."""
-    call = node.value if isinstance(node, ast.Expr) else None
+    """The name a statement such as `OPTS.update(...)` changes in place (_changed_by), or None."""
+    return _changed_by(node.value) if isinstance(node, ast.Expr) else None
+
+
+def _class_body_changes(node):
+    """The module-level names a class body changes as it runs, when the class is defined (`class
+    Experimento: CONFIG["temp"] = 2.0`, a mutator call, an in-place tensor method, a name declared
+    `global` and assigned there); its methods run later, if ever. A name the body binds is the
+    class's own, unless declared global."""
+    local, declared, changed, pending = set(), set(), set(), list(node.body)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local.add(item.name)
+            continue
+        if isinstance(item, ast.Lambda):
+            continue
+        if isinstance(item, ast.Global):
+            declared.update(item.names)
+        elif isinstance(item, ast.Name) and not isinstance(item.ctx, ast.Load):
+            local.add(item.id)
+        elif isinstance(item, ast.Call) and _changed_by(item):
+            changed.add(_changed_by(item))
+        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = list(getattr(item, "targets", None) or [item.target])
+            while targets:
+                target = targets.pop()
+                if isinstance(target, (ast.Tuple, ast.List)):
+                    targets += target.elts
+                    continue
+                if isinstance(target, ast.Name):
+                    continue
+                while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
+                    target = _unwrapped_vars(target.value)
+                if isinstance(target, ast.Name):
+                    changed.add(target.id)
+        pending.extend(ast.iter_child_nodes(item))
+    return (changed - (local - declared)) | (declared & local)
+
+
+# What a notebook names torch's modules by: an in-place function of theirs changes its first argument
+_TORCH_ROOTS = frozenset({"torch", "nn", "init", "F"})
+
+
+def _in_place(name):
+    """PyTorch's name for an operation that changes its tensor in place: `mul_`, `init.constant_`."""
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _changed_by(call):
+    """The name a call changes in place, or None: `OPTS.update(...)` (see _MUTATORS; also on an item
+    or an attribute of it, `OPTS["sa"].update(...)`), `setattr(SelfAttention, "forward", forward)`,
+    a tensor's in-place method (`TEMP.mul_(2.0)`, `TEMP.data.fill_(2.0)`), a function in place on its
+    first argument (`nn.init.constant_(TEMP, 2.0)`) or one writing to `out=TEMP`."""
     if not isinstance(call, ast.Call):
         return None
-    if isinstance(call.func, ast.Attribute) and call.func.attr in _MUTATORS:
+    function = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    out = next((keyword.value for keyword in call.keywords if keyword.arg == "out"), None)
+    parts, callee = [], call.func
+    while isinstance(callee, ast.Attribute):
+        parts, callee = [callee.attr, *parts], callee.value
+    # `nn.init.constant_(x)` changes x, `x.mul_()` x
+    in_torch = isinstance(callee, ast.Name) and (callee.id in _TORCH_ROOTS or "init" in parts)
+    if isinstance(call.func, ast.Attribute) and (call.func.attr in _MUTATORS or _in_place(function) and not in_torch):
         target = call.func.value
-    elif isinstance(call.func, ast.Name) and call.func.id == "setattr" and call.args:
+    elif call.args and (function == "setattr" or _in_place(function)):
         target = call.args[0]
+    elif out is not None:
+        target = out
     else:
         return None
     target = _unwrapped_vars(target)
-    while isinstance(call.func, ast.Attribute) and isinstance(target, (ast.Subscript, ast.Attribute)):
+    while function != "setattr" and isinstance(target, (ast.Subscript, ast.Attribute)):
         target = _unwrapped_vars(target.value)  # OPTS["sa"].update(...) changes OPTS (setattr's first argument is its own)
     return target.id if isinstance(target, ast.Name) else None
 
@@ -1451,7 +1512,7 @@ def _attaching_loop(node):
         return ()
     targets = set()
     for statement in node.body:
-        if _mutated(statement) and isinstance(statement.value.func, ast.Name):  # setattr(Cls, ...)
+        if _mutated(statement) and getattr(statement.value.func, "id", None) == "setattr":  # setattr(Cls, ...)
             targets.add(_mutated(statement))
         elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
               and isinstance(statement.targets[0], ast.Attribute) and isinstance(statement.targets[0].value, ast.Name)):
@@ -1574,8 +1635,8 @@ def _bound(node):
             names.add(item.id)
         elif isinstance(item, ast.ExceptHandler) and item.name:
             names.add(item.name)
-        elif isinstance(item, ast.Expr) and _mutated(item):  # `if FLAG: OPTS.update(...)` changes OPTS
-            names.add(_mutated(item))
+        elif isinstance(item, ast.Call) and _changed_by(item):  # `if FLAG: OPTS.update(...)`, `_ = OPTS.pop("x")`
+            names.add(_changed_by(item))
         elif isinstance(item, ast.Expr) and _namespace_binds(item):
             names.update(_namespace_binds(item))
         elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS

@@ -420,6 +420,24 @@ def test_a_class_body_that_rebinds_a_global_still_reads_it_first():
     assert (namespace["Cfg"]().n_embd, namespace["Cfg"]().n_head) == (32, 4)
 
 
+@pytest.mark.parametrize("change", [
+    "TEMP.mul_(2.0)", "TEMP.data.fill_(2.0)", "nn.init.constant_(TEMP, 2.0)", "torch.add(TEMP, TEMP, out=TEMP)",
+    "_ = CONFIG.update(temp=2.0)", "viejo = CONFIG.pop('temp'); CONFIG['temp'] = 2.0",
+    "class Experimento:\n    CONFIG['temp'] = 2.0\n    lr = 1e-3", "class Experimento:\n    global TEMP\n    TEMP = TEMP * 2",
+])
+def test_a_change_the_kernel_makes_in_place_is_kept(change):
+    """A tensor's in-place method, torch's in-place functions, a mutator call inside an assignment
+    to an unused name, and a class body (it runs when the class is defined): each changes what the
+    classes read in the kernel, and was dropped (48 where the kernel earns 35: an outside attacker's).
+    A demo's in-place initialisation of its own model stays out."""
+    source = kept("import torch\nfrom torch import nn\nTEMP = torch.ones(1)\nCONFIG = {'temp': 1.0}", change,
+                  "modelo = nn.Linear(2, 2)\nnn.init.zeros_(modelo.weight)\nmodelo.weight.data.mul_(3)",
+                  "class SelfAttention:\n    def f(self):\n        return float(TEMP) * CONFIG['temp']")
+    namespace = {}
+    exec(compile(code_of(source), "<notebook>", "exec"), namespace)
+    assert namespace["SelfAttention"]().f() == 2.0 and "modelo" not in source
+
+
 def test_a_global_a_function_changes_in_place_is_kept():
     """`global CALLS; CALLS += 1` reads CALLS, though Python's symbol table calls it assigned only:
     its cell's `CALLS = 0` is kept, as a debug counter in forward needs it."""
