@@ -117,10 +117,9 @@ LONGEST_CAUSAL = {"B": 1, "T": 300, "block_size": 300, "n_head": 4, "n_embd": 32
 # that reuse the first chunk's mask rows, a mask buffer capped at 512, or a scale capped at some
 # head size (√min(d_k, 64)) are right on every other call. reference_match and fused_equivalence
 # run once more on it. Replies stay under wire.MAX_FRAME_BYTES with weights and output in float64
-# (a correct module may return them so): SelfAttention's (T, T) weights only to 400 positions (its
-# chunks of 512 are not seen: by design, in README's threat table), MultiHeadAttention with one head
-# and 200 keys (the queries are the ones taken in chunks). The statement names these sizes.
-FARTHEST_SELF_ATTENTION = {"B": 1, "T": 400, "d_model": 16, "d_k": 160, "seed": 8}
+# (a correct module may return them so): SelfAttention's (T, T) weights, MultiHeadAttention with one
+# head and 200 keys (the queries are the ones taken in chunks). The statement names these sizes.
+FARTHEST_SELF_ATTENTION = {"B": 1, "T": 600, "d_model": 16, "d_k": 160, "seed": 8}
 FARTHEST_MULTI_HEAD = {"B": 1, "Tq": 600, "Tk": 200, "h": 1, "d_model": 160, "seed": 8}
 FARTHEST_CAUSAL = {"B": 1, "T": 600, "block_size": 600, "n_head": 2, "n_embd": 320, "seed": 8}
 

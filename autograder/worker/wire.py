@@ -13,11 +13,11 @@ import numpy as np
 
 DTYPES = ("float32", "float64", "float16", "bool", "int64", "int32")
 DTYPE_NAMES = {np.dtype(name): name for name in DTYPES}  # dtype.name takes ~5 µs, a lookup here ~0.1
-# Honest replies are kilobytes, up to ~1.5 MiB where a correct module returns its weights in float64
-# on the longest call (strategies.LONGEST_MULTI_HEAD: 2 heads of 300 × 290); headers under 1 KiB.
-# The cap bounds what a reply costs the grader's memory, of which one exchange holds at most
-# client.MAX_REQUESTS (32 MiB), and json.loads' work (~25× a header's size).
-MAX_FRAME_BYTES = 2 << 20
+# Honest replies are kilobytes, up to ~3.6 MiB where a correct module returns its weights and output
+# in float64 on the farthest call (strategies.FARTHEST_SELF_ATTENTION: 600 × 600 weights, 600 × 160
+# output); headers under 1 KiB. The cap bounds what a reply costs the grader's memory, of which one
+# exchange holds at most client.MAX_REQUESTS (64 MiB), and json.loads' work (~25× a header's size).
+MAX_FRAME_BYTES = 4 << 20
 MAX_HEADER_BYTES = 256 << 10  # a module with thousands of parameters names them all in its header
 MAX_DIMENSIONS = 32  # what any numpy accepts
 MAX_NAME_CHARS = 80  # an exception class's name, as the worker sends it and the grader shows it
