@@ -1094,78 +1094,91 @@ def _statements(tree, code, cell, written=frozenset()):
     starts = [0]
     for line in data.split(b"\n"):
         starts.append(starts[-1] + len(line) + 1)
-    found = []
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
-            renamed = [alias for alias in node.names if alias.asname and alias.asname != alias.name]
-            if renamed:  # `from capas import core as f`: f is core, which the cell defined here
-                text = "; ".join(f"{alias.asname} = {alias.name}" for alias in renamed).encode()
-                found.append(_Statement(text, 0, len(text), cell, node.lineno, "statement",
-                                        [alias.asname for alias in renamed]))
-            same = [alias.name for alias in node.names if not alias.asname or alias.asname == alias.name]
-            if same:  # what it binds again, if a cell rebound it since the module was written (_reimported)
-                found.append(_Statement(b"", 0, 0, cell, node.lineno, "reimport", same, (node.module,)))
-            continue
-        if isinstance(node, ast.ImportFrom) and not node.level and any(
-                f"{node.module}.{alias.name}" in written for alias in node.names):
-            found.append(_written_module_import(node, cell, written))
-            continue
-        if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
-            found.append(_written_module_import(node, cell, written))
-            continue
-        if isinstance(node, _IMPORTS):
-            names = [alias.asname or _top(alias.name) for alias in node.names]
-            if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
-                kind = "future"
-            else:
-                kind = "star" if names == ["*"] else "import"
-        elif attaching := _attaching(node):
-            kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
-        elif isinstance(node, ast.ClassDef) and _class_body_changes(node):
-            kind, names = "statement", (node.name, *sorted(_class_body_changes(node)))
-        elif isinstance(node, _DEFINITIONS):
-            kind, names = "definition", (node.name,)
-        elif isinstance(node, _STATEMENTS) or _walrus(node):
-            kind, names = "statement", _bound(node)
-        elif attached := _attaching_loop(node):
-            kind, names = "statement", (*_bound(node), *attached)
-        elif _mutated(node):
-            kind, names = "statement", (_mutated(node),)
-        elif isinstance(node, ast.Expr) and _namespace_binds(node):
-            kind, names = "statement", _namespace_binds(node)
-            if _called(node.value, "setattr", 3):  # setattr(sys.modules[__name__], "NEG", v)
-                # sys.modules["__main__"] is the kernel's namespace, and the worker's own module in
-                # the worker (where `__name__` reads "__main__": _as_in_the_kernel): kept as what it does
-                assignment = ast.Assign([ast.Subscript(ast.Call(ast.Name("globals"), [], []), node.value.args[1])],
-                                        node.value.args[2], lineno=node.lineno)
-                text = ast.unparse(assignment).encode()
-                found.append(_Statement(text, 0, len(text), cell, node.lineno, kind, names))
-                continue
+    return [found for node in tree.body for found in _statement(node, data, starts, cell, written)]
+
+
+def _statement(node, data, starts, cell, written):
+    """_statements' pieces for one statement of a cell: at its top level, or in a `with` body
+    (which runs once, as the cell does)."""
+    if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
+        found, renamed = [], [alias for alias in node.names if alias.asname and alias.asname != alias.name]
+        if renamed:  # `from capas import core as f`: f is core, which the cell defined here
+            text = "; ".join(f"{alias.asname} = {alias.name}" for alias in renamed).encode()
+            found.append(_Statement(text, 0, len(text), cell, node.lineno, "statement",
+                                    [alias.asname for alias in renamed]))
+        same = [alias.name for alias in node.names if not alias.asname or alias.asname == alias.name]
+        if same:  # what it binds again, if a cell rebound it since the module was written (_reimported)
+            found.append(_Statement(b"", 0, 0, cell, node.lineno, "reimport", same, (node.module,)))
+        return found
+    if isinstance(node, ast.ImportFrom) and not node.level and any(
+            f"{node.module}.{alias.name}" in written for alias in node.names):
+        return [_written_module_import(node, cell, written)]
+    if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
+        return [_written_module_import(node, cell, written)]
+    if isinstance(node, _IMPORTS):
+        names = [alias.asname or _top(alias.name) for alias in node.names]
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
+            kind = "future"
         else:
-            found += _left_by_the_block(node, data, starts, cell)
-            continue
-        decorators = getattr(node, "decorator_list", None)
-        if decorators:  # a decorated definition starts at its first decorator's line
-            line = decorators[0].lineno
-            start = starts[line - 1]
-        else:
-            line = node.lineno
-            start = starts[line - 1] + node.col_offset
-        end = starts[node.end_lineno - 1] + node.end_col_offset
-        if kind == "attaching":  # (its function, what it is without it, whether only an annotation names the class)
-            reads = (attaching[0], "definition" if isinstance(node, _DEFINITIONS) else "statement", attaching[2])
-        else:
-            reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
-        found.append(_Statement(*_as_in_the_kernel(node, data, starts, start, end), cell, line, kind, names, reads))
-    return found
+            kind = "star" if names == ["*"] else "import"
+    elif attaching := _attaching(node):
+        kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
+    elif isinstance(node, ast.ClassDef) and _class_body_changes(node):
+        kind, names = "statement", (node.name, *sorted(_class_body_changes(node)))
+    elif isinstance(node, _DEFINITIONS):
+        kind, names = "definition", (node.name,)
+    elif isinstance(node, _STATEMENTS) or _walrus(node):
+        kind, names = "statement", _bound(node)
+    elif attached := _attaching_loop(node):
+        kind, names = "statement", (*_bound(node), *attached)
+    elif _mutated(node):
+        kind, names = "statement", (_mutated(node),)
+    elif isinstance(node, ast.Expr) and _namespace_binds(node):
+        kind, names = "statement", _namespace_binds(node)
+        if _called(node.value, "setattr", 3):  # setattr(sys.modules[__name__], "NEG", v)
+            # sys.modules["__main__"] is the kernel's namespace, and the worker's own module in
+            # the worker (where `__name__` reads "__main__": _as_in_the_kernel): kept as what it does
+            assignment = ast.Assign([ast.Subscript(ast.Call(ast.Name("globals"), [], []), node.value.args[1])],
+                                    node.value.args[2], lineno=node.lineno)
+            text = ast.unparse(assignment).encode()
+            return [_Statement(text, 0, len(text), cell, node.lineno, kind, names)]
+    else:
+        return _left_by_the_block(node, data, starts, cell, written)
+    decorators = getattr(node, "decorator_list", None)
+    if decorators:  # a decorated definition starts at its first decorator's `@`
+        line = decorators[0].lineno
+        start = data.rfind(b"@", starts[line - 1], starts[line - 1] + decorators[0].col_offset)
+    else:
+        line = node.lineno
+        start = starts[line - 1] + node.col_offset
+    end = starts[node.end_lineno - 1] + node.end_col_offset
+    if kind == "attaching":  # (its function, what it is without it, whether only an annotation names the class)
+        reads = (attaching[0], "definition" if isinstance(node, _DEFINITIONS) else "statement", attaching[2])
+    else:
+        reads = ("." * node.level + (node.module or ""),) if kind == "star" else ()
+    piece = _as_in_the_kernel(node, data, starts, start, end)
+    if node.col_offset and hasattr(node, "body"):  # a block in a `with` body: one level out, as its lines
+        piece = _dedented(piece, data[starts[node.lineno - 1]:starts[node.lineno - 1] + node.col_offset])
+    return [_Statement(*piece, cell, line, kind, names, reads)]
+
+
+def _dedented(piece, indent):
+    """(data, start, end) of a statement taken out of a block, its lines after the first without
+    the block's indentation (a decorated def's `def` line, an `else:`, must line up with the first;
+    a line of a string over several lines loses it too, where it has it)."""
+    data, start, end = piece
+    lines = data[start:end].split(b"\n")
+    text = b"\n".join([lines[0], *(line[len(indent):] if line.startswith(indent) else line for line in lines[1:])])
+    return text, 0, len(text)
 
 
 _SIMPLE_ASSIGNMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
 
-def _left_by_the_block(node, data, starts, cell):
+def _left_by_the_block(node, data, starts, cell, written):
     """What a top-level block that is not kept leaves bound in the kernel, as statements that could
-    be: a `with` body's assignments (it runs once; those reading what `as` bound are left out), a
+    be: a `with` body's statements, read as a cell's (it runs once: `with warnings.catch_warnings():`
+    around imports, a helper or a class; those reading what `as` bound are left out), a
     `for` over a list or tuple written there binding its variable to the last item (`for NEG in
     [-1e4, float('-inf')]: ...` leaves NEG at -inf), and the assignments of a `for` or `while`
     loop's `else:` (which runs when no `break` does). Only where the loop has no `break` and does not
@@ -1173,8 +1186,8 @@ def _left_by_the_block(node, data, starts, cell):
     statements never run here."""
     if isinstance(node, ast.With):
         opened = set().union(*(_bound(item.optional_vars) for item in node.items if item.optional_vars))
-        return [_nested(statement, data, starts, cell) for statement in node.body
-                if isinstance(statement, _SIMPLE_ASSIGNMENTS) and not opened & _names_read(statement)]
+        return [found for statement in node.body if not opened & _names_read(statement)
+                for found in _statement(statement, data, starts, cell, written)]
     if not isinstance(node, (ast.For, ast.While)) or _breaks(node.body):
         return []
     found = [_nested(statement, data, starts, cell) for statement in node.orelse

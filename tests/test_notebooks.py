@@ -206,6 +206,23 @@ def test_what_a_top_level_block_leaves_bound_is_kept_as_the_kernel_leaves_it():
     assert (namespace["NEG"], namespace["SCALED"], namespace["KEPT"], namespace["LAST"]) == (float("-inf"), False, 5, 0)
 
 
+def test_a_with_blocks_body_runs_once_as_a_cells_does():
+    """`with warnings.catch_warnings():` around the imports, a helper or a class (a correct notebook's:
+    0, 4 and 35/48, an outside writer's): the kernel runs the body once and binds all of it. Read as
+    the cell's own statements, blocks one level out; what reads the `as` name stays out."""
+    source = code_of(kept(
+        "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n    import math\n"
+        "    from dataclasses import dataclass\n    def escala(d):\n        return d ** -0.5\n    @dataclass\n"
+        "    class Cfg:\n        n: int = 2\n    if math.pi > 3:\n        K = 1\n    else:\n        K = 2",
+        "with open('datos.txt') as f:\n    def leer():\n        return f.read()\n    K = 3",
+        "class SelfAttention:\n    def f(self):\n        return escala(4), math.pi, Cfg().n, K",
+    ))
+    assert "simplefilter" not in source and "leer" not in source and "warnings" not in source
+    namespace = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    assert namespace["SelfAttention"]().f() == (0.5, 3.141592653589793, 2, 3)
+
+
 def test_names_set_through_globals_are_kept():
     """`globals()["NEG"] = float("-inf")` in a later cell binds NEG in the kernel as `NEG = ...` does
     (a correct notebook was graded at its earlier -1e4: 45/48); also `vars()[...]` and
