@@ -443,8 +443,10 @@ def test_reference_mismatch_agrees_and_says_the_mask_in_words(what, masked, expe
     ("missing_output", {"what": "output", "count": 0}, "forward devolvió 0 valores: falta la salida.",
      "forward returned 0 values: the output is missing."),
     ("no_gradient", {"names": ["W_V.weight"]},
-     "El parámetro W_V.weight no recibe gradiente: no participa en la salida.",
-     "Parameter W_V.weight receives no gradient: it does not contribute to the output."),
+     "El parámetro W_V.weight no recibe gradiente: no participa en la salida, o el grafo se corta antes de ella "
+     "(.detach(), .data, torch.no_grad(), torch.set_grad_enabled(False)).",
+     "Parameter W_V.weight receives no gradient: it does not contribute to the output, or the graph is cut before it "
+     "(.detach(), .data, torch.no_grad(), torch.set_grad_enabled(False))."),
     ("unexpected_bias", {"names": ["W_Q", "W_K"]},
      "Las capas W_Q, W_K tienen sesgo (bias): deben crearse con bias=False.",
      "Layers W_Q, W_K have a bias: they must be created with bias=False."),

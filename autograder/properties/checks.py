@@ -1040,7 +1040,8 @@ def dropout_on_weights(trained, evaluated, p, axes=("axis_batch", "axis_heads", 
     if not np.allclose(trained, expected, atol=1e-5, rtol=1e-4):
         ratio = trained[kept] / evaluated[kept]
         factor = float(np.median(ratio)) if ratio.size else 1.0
-        if factor > 1 + 1e-3 and np.allclose(ratio, factor, rtol=1e-3, atol=0):
+        # (a factor that rounds to 1/(1-p) is a rescale in reduced precision: survivors_rescaled's)
+        if factor > 1 + 1e-3 and abs(factor - scale) > 1e-3 * scale and np.allclose(ratio, factor, rtol=1e-3, atol=0):
             # One constant factor, not 1/(1-p): with the rate of p, a hand-written rescale (1/p);
             # 1/(1-p)² with the rate 1-(1-p)², the same dropout applied twice; with another rate,
             # the dropout runs with some other p (nn.Dropout(0.1)).
