@@ -1045,12 +1045,14 @@ def is_ipython_line(line):
 
 def ipython_command(source, line):
     """Line `line` (1-based) of a .py source, stripped and cut to 80 characters, when it reads as
-    IPython (`!pip install` left in a notebook exported as .py); None for any other line."""
+    IPython (`!pip install` left in a notebook exported as .py); None for any other line. A line
+    starting as an autocall escape (`/ 2`, `, b`) is, in a .py, far more often an operator or an
+    argument wrapped onto a line of its own: Python's own message says so better."""
     lines = source.splitlines()
     if not isinstance(line, int) or not 1 <= line <= len(lines):
         return None
     text = lines[line - 1].strip()
-    return text[:80] if is_ipython_line(text) else None
+    return text[:80] if is_ipython_line(text) and not text.startswith(tuple(_AUTOCALLS)) else None
 
 
 def _ipython_lines(lines):

@@ -674,6 +674,14 @@ def test_a_name_the_classes_use_bound_last_by_ipython_fails_at_its_line(command)
     assert "get_ipython" not in rebound and "MODE = 'a'" in rebound
 
 
+def test_a_py_line_starting_as_an_autocall_is_not_called_ipython():
+    """In a .py, `/ 2` or `, b` at the start of a line is an operator or argument wrapped onto it,
+    not IPython: the syntax error is Python's own; `!pip install` is still named as IPython."""
+    assert submission.ipython_command("x = 1\n/ 2\n", 2) is None
+    assert submission.ipython_command("f(a\n, b\n", 2) is None
+    assert submission.ipython_command("!pip install einops\n", 1) == "!pip install einops"
+
+
 def test_an_autocall_escape_runs_as_the_call_it_is():
     """`/setattr SelfAttention forward f` patches the kernel's class: the graded one was left unpatched."""
     source = kept("def f(self):\n    return 'patched'", "class SelfAttention:\n    def forward(self):\n        return 1",
