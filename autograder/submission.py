@@ -866,7 +866,8 @@ def _cell_python(source, used):
     for index in magics:
         lines[index] = ""
     ipython = _ipython_lines(lines)
-    continued = lambda index: index - 1 in ipython and lines[index - 1].rstrip().endswith("\\")  # `!ls \`
+    # the lines that go on an IPython line ending in a backslash (`!ls \`): its command, not a statement
+    continued = {index for index in ipython if index - 1 in ipython and lines[index - 1].rstrip().endswith("\\")}
     blank, with_pass, code_seen = [], [], False
     for index, line in enumerate(lines):
         stripped = line.lstrip()
@@ -878,7 +879,7 @@ def _cell_python(source, used):
             code_seen = True
             if timing[1].startswith("timeit"):
                 timed.add(index + 1)
-        elif index in ipython and not continued(index) and _as_python(line) is not None:
+        elif index in ipython and index not in continued and _as_python(line) is not None:
             blank.append(_as_python(line))
             with_pass.append(blank[-1])
             code_seen = True
