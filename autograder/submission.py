@@ -879,8 +879,8 @@ def _cell_python(source, used):
             code_seen = True
             if timing[1].startswith("timeit"):
                 timed.add(index + 1)
-        elif index in ipython and index not in continued and _as_python(line) is not None:
-            blank.append(_as_python(line))
+        elif index in ipython and index not in continued and (python := _as_python(line)) is not None:
+            blank.append(python)
             with_pass.append(blank[-1])
             code_seen = True
         elif index in ipython:
@@ -1126,8 +1126,8 @@ def _statement(node, data, starts, cell, written):
             kind = "star" if names == ["*"] else "import"
     elif attaching := _attaching(node):
         kind, names = "attaching", (*((node.name,) if isinstance(node, _DEFINITIONS) else ()), attaching[1])
-    elif isinstance(node, ast.ClassDef) and _class_body_changes(node):
-        kind, names = "statement", (node.name, *sorted(_class_body_changes(node)))
+    elif isinstance(node, ast.ClassDef) and (changes := _class_body_changes(node)):
+        kind, names = "statement", (node.name, *sorted(changes))
     elif isinstance(node, _DEFINITIONS):
         kind, names = "definition", (node.name,)
     elif isinstance(node, _STATEMENTS) or _walrus(node):
@@ -1450,21 +1450,10 @@ def _class_body_changes(node):
             declared.update(item.names)
         elif isinstance(item, ast.Name) and not isinstance(item.ctx, ast.Load):
             local.add(item.id)
-        elif isinstance(item, ast.Call) and _changed_by(item):
-            changed.add(_changed_by(item))
-        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = list(getattr(item, "targets", None) or [item.target])
-            while targets:
-                target = targets.pop()
-                if isinstance(target, (ast.Tuple, ast.List)):
-                    targets += target.elts
-                    continue
-                if isinstance(target, ast.Name):
-                    continue
-                while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
-                    target = _unwrapped_vars(target.value)
-                if isinstance(target, ast.Name):
-                    changed.add(target.id)
+        elif isinstance(item, ast.Call) and (name := _changed_by(item)):
+            changed.add(name)
+        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # a bare name: the class's
+            changed.update(root for target, root in _target_roots(item) if root and not isinstance(target, ast.Name))
         pending.extend(ast.iter_child_nodes(item))
     return (changed - (local - declared)) | (declared & local)
 
@@ -1651,26 +1640,30 @@ def _bound(node):
             names.add(item.id)
         elif isinstance(item, ast.ExceptHandler) and item.name:
             names.add(item.name)
-        elif isinstance(item, ast.Call) and _changed_by(item):  # `if FLAG: OPTS.update(...)`, `_ = OPTS.pop("x")`
-            names.add(_changed_by(item))
+        elif isinstance(item, ast.Call) and (changed := _changed_by(item)):  # `_ = OPTS.pop("x")`, in an `if`...
+            names.add(changed)
         elif isinstance(item, ast.Expr) and _namespace_binds(item):
             names.update(_namespace_binds(item))
         elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):  # `del OPTS["x"]` changes OPTS
-            targets = list(getattr(item, "targets", None) or [item.target])
-            while targets:
-                target = targets.pop()
-                if isinstance(target, (ast.Tuple, ast.List)):
-                    targets += target.elts
-                    continue
-                if key := _namespace_key(target):
-                    names.add(key)
-                    continue
-                while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
-                    target = _unwrapped_vars(target.value)
-                if isinstance(target, ast.Name):
-                    names.add(target.id)
+            names.update(filter(None, (_namespace_key(target) or root for target, root in _target_roots(item))))
         pending.extend(ast.iter_child_nodes(item))
     return names
+
+
+def _target_roots(statement):
+    """(target, the module-level name it binds or changes, or None) for each target of an
+    assignment or `del`, tuples unpacked: `cfg.n = 1` and `OPTS["x"] = 1` change cfg and OPTS
+    (`vars(args).x = 1` changes args); past a call (`f().x = 1`), None."""
+    targets = list(getattr(statement, "targets", None) or [statement.target])
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            targets += target.elts
+            continue
+        root = target
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Starred)):
+            root = _unwrapped_vars(root.value)
+        yield target, root.id if isinstance(root, ast.Name) else None
 
 
 def _comprehension_walruses(node):
