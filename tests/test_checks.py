@@ -566,6 +566,37 @@ def test_an_output_of_another_dtype_reaches_no_arithmetic_and_fails_as_its_dtype
     checks._same_without_autograd(odd, odd, None, ((), {}))  # nothing float to compare: another property's to name
 
 
+
+class _ScriptedModule:
+    """A module handle whose train-mode output is `output(options, calls before)`: enough to tell
+    apart what makes a call with autograd differ from the same call without it."""
+
+    def __init__(self, output):
+        self.output, self.calls, self.kwargs = output, 0, {"dropout": 0.5}
+
+    def run(self, *args, **options):
+        reply = harness.Reply({"outputs": [np.full((1, 2, 3), self.output(options, self.calls), np.float32)]})
+        self.calls += 1
+        return reply
+
+
+@pytest.mark.parametrize("output, code", [
+    (lambda options, calls: 1.0 if options.get("grad") else 2.0, "output_changes_with_grad_mode"),
+    (lambda options, calls: 1.0 if calls == 0 else 2.0, "grad_call_depends_on_earlier_calls"),
+    (lambda options, calls: float(calls), "dropout_ignores_seed"),
+])
+def test_a_call_that_changes_with_autograd_is_told_from_one_that_changes_with_earlier_calls(output, code):
+    """The same train-mode call with autograd and without it, under one seed, differ: because the
+    forward pass reads autograd's state, because it reuses something an earlier call kept (a
+    dropout mask kept in self, reused while a torch coin says so), or because its draw ignores the
+    seed. Each is said as what it is: the second was once told that it depends on autograd."""
+    module = _ScriptedModule(output)
+    call = ((), {"train": True, "grad": True, "seed": 3})
+    reply = module.run(*call[0], **call[1])
+    with pytest.raises(PropertyFailure) as failed:
+        checks.same_without_autograd(module, call, reply)
+    assert failed.value.code == code
+
 def _softmax(scores, axis=-1):
     shifted = np.exp(scores - scores.max(axis=axis, keepdims=True))
     return shifted / shifted.sum(axis=axis, keepdims=True)

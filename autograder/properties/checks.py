@@ -715,20 +715,28 @@ def same_without_autograd(module, call, reply):
 
 
 def _same_without_autograd(reply, again, module, call):
-    """reply (autograd on) against `again`, the same call without autograd. Where they differ in
-    train mode, the call without autograd is made once more: if that one differs too, the draw
-    does not follow torch's seed at all (a torch.Generator of the module's, numpy's generator):
-    said as that, which train_dropout names too, not as a forward that depends on autograd."""
+    """reply (autograd on) against `again`, the same call without autograd. Where they differ,
+    they are told apart before autograd is blamed:
+    - in train mode, the call without autograd is made once more: if that one differs too, the
+      draw does not follow torch's seed at all (a torch.Generator of the module's, numpy's
+      generator): said as that, which train_dropout names too;
+    - the call with autograd is made once more: if that one differs from the first, the output
+      depends on the calls made before it (a dropout mask or a result kept in self), not on
+      autograd."""
     plain, raw = again.values(0), (reply.outputs[0] if reply.outputs else None)
     if plain is not None and isinstance(raw, np.ndarray) and raw.shape == plain.shape:
         calling(reply.call)
         got = as_array(raw, plain.shape, "output")  # of another dtype with autograd on (bool, say): dtype_mismatch
-        if call[1].get("train") and not np.allclose(got, plain, atol=1e-6, rtol=1e-5, equal_nan=True):
-            once_more = module.run(*call[0], **without_autograd(call[1]))
-            redrawn = once_more.values(0)
-            if isinstance(redrawn, np.ndarray) and redrawn.shape == plain.shape:
-                dropout_follows_seed(plain, redrawn, module.kwargs.get("dropout"), "output", call=once_more.call)
+        if not np.allclose(got, plain, atol=1e-6, rtol=1e-5, equal_nan=True):
+            if call[1].get("train"):
+                once_more = module.run(*call[0], **without_autograd(call[1]))
+                redrawn = once_more.values(0)
+                if isinstance(redrawn, np.ndarray) and redrawn.shape == plain.shape:
+                    dropout_follows_seed(plain, redrawn, module.kwargs.get("dropout"), "output", call=once_more.call)
+            repeated = module.run(*call[0], **call[1]).values(0)
             calling(reply.call)
+            if isinstance(repeated, np.ndarray) and repeated.shape == plain.shape and repeated.dtype.kind == "f":
+                expect_close(repeated.astype(np.float64), got, "grad_call_depends_on_earlier_calls", atol=1e-6, rtol=1e-5)
         expect_close(got, plain, "output_changes_with_grad_mode", atol=1e-6, rtol=1e-5)
 
 
