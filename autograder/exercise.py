@@ -15,7 +15,8 @@ from .errors import UsageError
 
 PROJECT = Path(__file__).resolve().parent.parent
 DESCRIPTOR = Path(__file__).resolve().parent / "properties" / "exercise.yml"
-KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "warm_up", "feedback"}
+KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "input_sizes",
+        "warm_up", "feedback"}
 
 
 class ExerciseError(UsageError):
@@ -41,6 +42,7 @@ class Exercise:
     classes: tuple  # GradedClass, in grading order
     notebook_names: tuple = ()
     traced: tuple = ()
+    input_sizes: tuple = ()  # sizes of the inputs an example draws (feedback shows them only where the failing call has them)
     warm_up: Path | None = None
     feedback: Path | None = None  # the folder of the exercise's catalogs, <language>.yml (feedback/__init__.py)
 
@@ -73,6 +75,9 @@ def load(path=DESCRIPTOR):
         classes.append(GradedClass(name, tuple(layers), config and config["class"], dict(config["fields"]) if config else {}))
     if not classes:
         raise ExerciseError(f"{path}: no classes")
+    input_sizes = raw.get("input_sizes") or []
+    if not isinstance(input_sizes, list) or not all(isinstance(size, str) for size in input_sizes):
+        raise ExerciseError(f"{path}: input_sizes must be a list of the names an example gives its drawn sizes")
     submission = raw["submission"]
     if not isinstance(submission, str) or Path(submission).name != submission or not submission.endswith(".py"):
         raise ExerciseError(f"{path}: submission must be a plain file name ending in .py, not {submission!r}")
@@ -80,7 +85,7 @@ def load(path=DESCRIPTOR):
         name=str(raw["name"]), suite=suite, submission=submission,
         handout=PROJECT / raw.get("handout", ""), solution=PROJECT / raw.get("solution", ""),
         classes=tuple(classes), notebook_names=tuple(raw.get("notebook_names") or ()),
-        traced=tuple(raw.get("traced") or ()), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None,
+        traced=tuple(raw.get("traced") or ()), input_sizes=tuple(input_sizes), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None,
         feedback=suite / raw.get("feedback", "feedback"))
 
 

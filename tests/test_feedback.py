@@ -410,6 +410,13 @@ def test_the_example_line_shows_keys_it_does_not_know_and_names_the_class_for_a_
     ({"B": 1, "T": 2, "d_model": 3, "seed": 0}, "B=1, T=2, d_model=3"),   # stored before calls were recorded
     ({"B": 1, "seed": 0, "call": "forward"}, "B=1"),                          # not a description: left out
     ({"B": 1, "call": {"x": [1, 2, 3]}}, "B=1; falló la llamada forward(x (1, 2, 3))"),  # no method: forward
+    # a call built from the drawn one (its sequences cut into single tokens): its shapes, not B and T
+    ({"B": 1024, "T": 2, "block_size": 2, "n_embd": 1, "call": {"x": [2048, 1, 1], "train": True}},
+     "block_size=2, n_embd=1; falló la llamada forward(x (2048, 1, 1)) en modo entrenamiento"),
+    ({"B": 2, "Tq": 3, "Tk": 5, "d_model": 4, "call": {"query": [2, 3, 4], "key": [2, 5, 4], "value_is": "key"}},
+     "B=2, Tq=3, Tk=5, d_model=4; falló la llamada forward(query (2, 3, 4), key (2, 5, 4), value=key)"),
+    ({"B": 2, "n_embd": 64, "call": {"method": "__init__", "args": "Cfg(64, 8)"}},   # no shape: nothing to compare
+     "B=2, n_embd=64; falló la llamada SelfAttention(Cfg(64, 8))"),
 ])
 def test_the_example_line_of_old_or_odd_outcomes(example, shown):
     outcome = Outcome("SelfAttention", "scale", "failed", "wrong_scale", {"measured": 1.0, "expected": 0.5, "d_k": 4},

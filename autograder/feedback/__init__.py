@@ -268,13 +268,22 @@ CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grad
 
 def _example(outcome, labels):
     """The example line: the sizes drawn, then the call that failed ("call", when the outcome has
-    one), as the student would write it. The seed of the inputs stays in the raw outcome only."""
+    one), as the student would write it. The seed of the inputs stays in the raw outcome only; a
+    drawn input size (exercise.yml's input_sizes) that none of the failing call's shapes has is
+    left out: that call was built from the drawn one, and its shapes say what it was."""
     example = outcome.example
-    parts = [", ".join(f"{k}={v}" for k, v in example.items() if k not in ("seed", "call"))]
     call = example.get("call")
+    sizes = {size for value in call.values() if _is_shape(value) for size in value} if isinstance(call, dict) else set()
+    parts = [", ".join(f"{k}={v}" for k, v in example.items() if k not in ("seed", "call")
+                       and not (sizes and k in EXERCISE.input_sizes and v not in sizes))]
     if isinstance(call, dict):
         parts.append(_call(call, outcome.cls, labels))
     return "; ".join(part for part in parts if part)
+
+
+def _is_shape(value):
+    """Whether a call description's value is a tensor's shape (a list of ints)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
 def _call(call, cls, labels):
@@ -293,7 +302,7 @@ def _call(call, cls, labels):
             continue
         if key in CALL_MODES or key in CALL_HIDDEN or key.endswith("_dtype"):
             continue
-        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if _is_shape(value):
             dtype = call.get(f"{key}_dtype")
             arguments.append(f"{key} {tuple(value)}" + (f" {dtype}" if dtype else ""))
         elif value is None:  # a keyword argument passed as None (describe_call keeps no other None)
