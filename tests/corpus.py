@@ -1,8 +1,8 @@
 """The known submissions (tests/submissions/manifest.yml) graded in one batch, at any seed.
 
-Shared by tests/test_variants.py (the corpus at a second seed) and tests/measure_corpus.py (the
-figures of issue 10): grading through `batch` uses warm slots, so a whole corpus costs minutes,
-not one cold start per file.
+Shared by tests/test_variants.py (the corpus at the shipped seed), tests/test_corpus_seeds.py (at
+a second seed) and tests/measure_corpus.py (the figures of issue 10): grading through `batch` uses
+warm slots, two at a time, so a whole corpus costs minutes, not one cold start per file.
 """
 import dataclasses
 import functools
@@ -79,11 +79,12 @@ class Graded:
                       and (t.score < t.max_score or t.status == "failed"))
 
 
-def grade_all(paths, seed, jobs=2):
-    """Grade {name: path} in one batch at hypothesis seed `seed`; {name: Graded}."""
+def grade_all(paths, seed=None, jobs=2):
+    """Grade {name: path} in one batch at hypothesis seed `seed` (None: grading.yml as shipped); {name: Graded}."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        config = config_at_seed(seed, tmp)
+        config = grading_config.load() if seed is None else config_at_seed(seed, tmp)
+        run = "corpus-shipped" if seed is None else f"corpus-seed-{seed}"
         folder = tmp / "cohort"
         folder.mkdir()
         keys = {}
@@ -93,11 +94,11 @@ def grade_all(paths, seed, jobs=2):
             keys[key] = name
         store = Store(tmp / "corpus.sqlite")
         try:
-            summary = batch.run_batch(folder, f"corpus-seed-{seed}", store, config,
+            summary = batch.run_batch(folder, run, store, config,
                                       lambda: LocalExecutor(jobs, config.source, DEFAULT_RECYCLE))
             if summary.failures:
                 raise RuntimeError(f"the grader failed on {summary.failures}")
-            stored = store.results(store.run(f"corpus-seed-{seed}", summary.run_id))
+            stored = store.results(store.run(run, summary.run_id))
         finally:
             store.close()
     graded = {}
