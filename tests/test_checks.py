@@ -579,6 +579,9 @@ class _ScriptedModule:
         self.calls += 1
         return reply
 
+    def runs(self, *calls):
+        return [self.run(*args, **options) for args, options in calls]
+
 
 @pytest.mark.parametrize("output, code", [
     (lambda options, calls: 1.0 if options.get("grad") else 2.0, "output_changes_with_grad_mode"),
@@ -596,6 +599,35 @@ def test_a_call_that_changes_with_autograd_is_told_from_one_that_changes_with_ea
     with pytest.raises(PropertyFailure) as failed:
         checks.same_without_autograd(module, call, reply)
     assert failed.value.code == code
+
+
+@pytest.mark.parametrize("draw, code", [
+    (lambda shared, calls: 1.0, None),                        # its own p: the same draw again
+    (lambda shared, calls: shared["p"], "train_depends_on_other_instances"),  # the p of the last module built
+    (lambda shared, calls: float(calls), None),               # a draw that changes with its own calls: not this check's
+])
+def test_a_train_draw_that_another_module_of_the_class_changes_is_named(draw, code):
+    """A dropout rate kept on the class (`MultiHeadAttention.p = dropout`) is the last module's:
+    after another module of the class is built with another p, the same train call under the same
+    seed draws otherwise. A draw that changes with the module's own calls is left to the checks
+    that name that (dropout_follows_seed, dropout_redrawn)."""
+    shared = {"p": 1.0}
+    module = _ScriptedModule(lambda options, calls: draw(shared, calls))
+    calls = [((), {"train": True, "seed": 3})]
+
+    def another():
+        shared["p"] = 0.0
+        return "dropout=0.0"
+
+    def judged():
+        checks.train_draw_unchanged_by_another_instance(lambda: module, calls, lambda reply: reply.values(0), another)
+
+    if code is None:
+        judged()
+        return
+    with pytest.raises(PropertyFailure) as failed:
+        judged()
+    assert failed.value.code == code and failed.value.params["other"] == "dropout=0.0"
 
 def _softmax(scores, axis=-1):
     shifted = np.exp(scores - scores.max(axis=axis, keepdims=True))

@@ -2001,6 +2001,32 @@ def unchanged_by_another_instance(module, calls, shaped, expected, another):
         matches_reference(actual, want, bound, "depends_on_other_instances", magnitude, what=what, other=other)
 
 
+def train_draw_unchanged_by_another_instance(fresh, calls, shaped, another):
+    """Train-mode `calls` on a module fresh() builds, made again under the same seeds after
+    another() built and called in train mode a module of the same class with another dropout p,
+    draw the same: a p, a dropout layer or a generator kept on the class (`MultiHeadAttention.p =
+    dropout`) is one for every module of it, which eval never shows. Judged where the calls,
+    repeated first with no other module built between, draw the same: a draw that changes with
+    the module's own earlier calls is the other dropout checks' to name."""
+    module = fresh()
+    first = [shaped(reply) for reply in module.runs(*calls)]
+    if any(not np.allclose(a, b, atol=1e-6, rtol=1e-5, equal_nan=True)
+           for a, b in zip(first, (shaped(reply) for reply in module.runs(*calls)))):
+        return
+    other, _ = attempted(lambda: second_opinion(another))
+    if other is None:
+        return  # the other configuration could not even run: not this module's state
+    from .harness import call_failure
+
+    for (args, options), before in zip(calls, first):
+        reply, error = attempted(lambda: module.run(*args, **options))
+        if error is not None:
+            raise call_failure(error, "other_instance_broke_call", other=other)
+        again = shaped(reply)
+        calling(reply.call)
+        expect_close(again, before, "train_depends_on_other_instances", atol=1e-6, rtol=1e-5, other=other)
+
+
 def matches_on_a_fresh_module(module, call, index, expected, shaped):
     """Whether `call` (the index-th) gives a freshly built `module` the reference's outputs
     (expected: as reference_across_calls'): then a miss on the module that had earlier calls comes

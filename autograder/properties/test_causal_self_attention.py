@@ -294,6 +294,15 @@ def another_configuration(worker, dims):
     return f"n_embd={dims['n_embd']}, n_head={dims['n_head']}, block_size={dims['block_size']}"
 
 
+def another_dropout(worker, dims, p):
+    """Build a module of these dims with another dropout p and call it in train mode on both paths; its description."""
+    other = 0.0 if p >= 0.25 else 0.5
+    module, rng = loaded(worker, dims, dropout=other)
+    data = inputs(rng, dims)
+    module.runs(((data,), {"train": True}), ((data,), {"train": True, "fused": True}))
+    return f"n_embd={dims['n_embd']}, n_head={dims['n_head']}, dropout={other}"
+
+
 @graded(CLS, "batch_independence")
 @given(dims=causal_dims(min_batch=2))
 def test_batch_independence(worker, dims):
@@ -494,6 +503,9 @@ def test_train_dropout(worker, dims, seed, p):
         # Last on this path: a mask kept from an earlier call also changes the draw under one seed,
         # and is dropout_redrawn's to name, right above.
         checks.dropout_follows_seed(trained, output(again, dims), p, "output", path, call=again.call)
+    checks.train_draw_unchanged_by_another_instance(lambda: loaded(worker, dims, dropout=p)[0],
+                                                    [((x,), {"fused": fused, "train": True, "seed": seed}) for fused in (False, True)],
+                                                    lambda reply: output(reply, dims), lambda: another_dropout(worker, dims, p))
     # Dropout acts at every shape the statement allows, on the paths found right above: one example
     # (B=1, a long sequence on a module with a longer block_size and the same parameters) and one
     # token (T=1, many examples): no shape check or shortcut (`if T == 1: y = v`) skips it. Judged

@@ -342,6 +342,14 @@ def another_configuration(worker, dims):
     return f"d_model={dims['d_model']}, num_heads={dims['h']}"
 
 
+def another_dropout(worker, dims, p):
+    """Build a module of these dims with another dropout p and call it in train mode; its description."""
+    other = 0.0 if p >= 0.25 else 0.5
+    module, rng = loaded(worker, dims, dropout=other)
+    module.run(*cross_inputs(rng, dims), train=True)
+    return f"d_model={dims['d_model']}, num_heads={dims['h']}, dropout={other}"
+
+
 @graded(CLS, "batch_independence")
 @given(dims=multi_head_dims(min_batch=2))
 def test_batch_independence(worker, dims):
@@ -495,6 +503,10 @@ def test_train_dropout(worker, dims, seed, p):
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
         checks.dropout_follows_seed(train_weights, reseeded, p, "weights", call=replies[4].call)
+        checks.train_draw_unchanged_by_another_instance(lambda: loaded(worker, dims, dropout=p)[0],
+                                                        [(args, {"train": True, "seed": seed})],
+                                                        lambda reply: outputs(reply, dims)[1],
+                                                        lambda: another_dropout(worker, dims, p))
         # Judged where the masked eval weights are weights (finite rows summing to one): a mask
         # read wrongly is masked_zero's mistake.
         if np.all(np.isfinite(masked)) and np.allclose(masked.sum(axis=-1), 1.0, atol=1e-4):
