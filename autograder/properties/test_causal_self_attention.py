@@ -615,6 +615,13 @@ def test_train_dropout(worker, dims, seed, p):
                 got=mask["shape"][-1], call="Cfg(n_embd, n_head)")
     for name in ("attn_drop", "resid_drop"):
         if later.dropout_p.get(name) == (p if name == "attn_drop" else 0.0) and name in layers:
+            if layers[name] != fields["dropout"]:
+                # given the default by name, do the layers hold it? Else the module changes it
+                # (`nn.Dropout(cfg.dropout or 0.1)`), not the Cfg's default
+                given = another(worker, dims, fields["dropout"])
+                replaced = [f"{layer} (p={value})" for layer, value in given.dropout_p.items()
+                            if layer in ("attn_drop", "resid_drop") and value != fields["dropout"]]
+                require(not replaced, "dropout_p_not_kept", p=fields["dropout"], layers=replaced)
             require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",
                     default=fields["dropout"], got=layers[name], call="Cfg(n_embd, n_head)")
     if clean:
