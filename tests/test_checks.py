@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from autograder.properties import checks, failures, harness, reference
 from autograder.properties.failures import PropertyFailure
@@ -730,6 +731,28 @@ def test_survivors_divided_by_one_minus_p_pass_and_survivors_left_alone_fail():
         checks.survivors_rescaled(np.where(dropped, 0.0, evaluated), evaluated, 0.004)
     assert failure.value.code == "dropout_not_rescaled"
 
+
+
+def _survivors(rescale):
+    rng = np.random.default_rng(8)
+    evaluated = rng.dirichlet(np.ones(5), size=(64, 2, 4)).astype(np.float32)
+    keep = rng.random(evaluated.shape) >= 0.5
+    return np.where(keep, rescale(evaluated, keep), 0.0), evaluated
+
+
+@pytest.mark.parametrize("rescale, code", [
+    (lambda w, keep: (w / 0.5).astype(np.float16).astype(np.float32), "dropout_not_rescaled_in_reduced_precision"),
+    (lambda w, keep: (torch.from_numpy(w / 0.5).bfloat16().float()).numpy(), "dropout_not_rescaled_in_reduced_precision"),
+    (lambda w, keep: w / 0.5 * 0.996, "dropout_not_rescaled"),                      # a factor off by 0.4%, alike
+    (lambda w, keep: w * keep / np.maximum((w * keep).sum(-1, keepdims=True), 1e-9), "dropout_not_rescaled"),  # rows renormalised
+])
+def test_survivors_missed_by_rounding_are_told_from_a_rescale_left_out(rescale, code):
+    """Only a miss that varies from weight to weight, within bfloat16's rounding, is said to come
+    from reduced precision: a row renormalised after dropout was once sent to look for a float16."""
+    trained, evaluated = _survivors(rescale)
+    with pytest.raises(PropertyFailure) as failure:
+        checks.survivors_rescaled(trained, evaluated, 0.5)
+    assert failure.value.code == code
 
 def test_a_causal_row_left_whole_must_be_the_rescaled_one():
     rng = np.random.default_rng(7)

@@ -927,13 +927,22 @@ def drops_at_a_rare_rate(dropped, p, calls, entries, layer):
             entries=entries, expected=round(entries * p), layer=layer)
 
 
+BFLOAT16_ROUNDOFF = 2.0 ** -8 * 1.01  # bfloat16's unit roundoff (8 bits of precision), and float32's noise on it
+
+
 def survivors_rescaled(trained, evaluated, p):
     """What dropout kept (entries of `trained` that are not 0 where `evaluated`, eval's, are not)
     is eval's divided by (1 - p), at any p: a dropout that skips the rescale where p is small
     (1/(1 - 0.004) = 1.004: invisible to the eye, but the expectation of every weight 0.4% low)."""
     kept = (trained != 0) & (evaluated != 0)
-    expect_close(np.where(kept, trained, 0.0), np.where(kept, evaluated / (1.0 - p), 0.0), "dropout_not_rescaled",
-                 p=p, scale=round(1.0 / (1.0 - p), 4))
+    expected = np.where(kept, evaluated / (1.0 - p), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        off = np.abs(trained[kept] / expected[kept] - 1.0)
+    # Rounding (float16, bfloat16) misses each survivor by its own amount, at most bfloat16's unit
+    # roundoff; a factor left out misses them all alike, and a row renormalised after dropout by far more.
+    rounding = off.size > 0 and np.all(np.isfinite(off)) and off.max() <= BFLOAT16_ROUNDOFF and np.ptp(off) > off.max() / 2
+    expect_close(np.where(kept, trained, 0.0), expected, "dropout_not_rescaled_in_reduced_precision" if rounding
+                 else "dropout_not_rescaled", p=p, scale=round(1.0 / (1.0 - p), 4))
 
 
 def used_at_a_high_rate(trained, evaluated, p, what, layer=None, path=None):

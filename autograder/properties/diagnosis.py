@@ -56,7 +56,7 @@ VALUE_CODES = {
                           "both_paths_mismatch_at"),
     "batch_independence": ("batch_leak",),
     "eval_deterministic": ("eval_not_deterministic", "eval_depends_on_earlier_calls"),
-    "train_dropout": ("dropout_not_applied", "dropout_ignores_p", "dropout_applied_twice", "dropout_wrong_factor", "dropout_not_rescaled",
+    "train_dropout": ("dropout_not_applied", "dropout_ignores_p", "dropout_applied_twice", "dropout_wrong_factor", "dropout_not_rescaled", "dropout_not_rescaled_in_reduced_precision",
                       "layer_dropout_wrong_factor", "dropout_wrong_rate",
                       "dropout_output_mismatch", "resid_dropout_missing", "attn_dropout_missing",
                       "attn_dropout_misplaced"),
