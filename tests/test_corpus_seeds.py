@@ -12,9 +12,20 @@ import corpus
 SEED = 1
 
 
+# What each test that is not one file's needs graded.
+NEEDS = {"test_correct_files_keep_full_marks": ("solution", "correct"), "test_stub_scores_zero": ("stub",),
+         "test_files_without_attention_earn_at_most_15_percent": ("fakes",)}
+
+
 @pytest.fixture(scope="module")
-def at_second_seed():
-    return corpus.grade_all(corpus.files(("solution", "stub", "buggy", "correct", "fakes")), SEED)
+def at_second_seed(request):
+    """The files this module's selected tests need, graded in one batch at SEED."""
+    selected = [item for item in request.session.items if item.module is request.module]
+    paths = corpus.files(tuple({kind for item in selected for kind in NEEDS.get(item.originalname, ())}))
+    buggy = corpus.files(("buggy",))
+    paths.update({f"buggy/{name}": buggy[f"buggy/{name}"] for item in selected
+                  if (name := getattr(getattr(item, "callspec", None), "params", {}).get("name"))})
+    return corpus.grade_all(paths, SEED)
 
 
 def test_correct_files_keep_full_marks(at_second_seed):
