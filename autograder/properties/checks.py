@@ -733,10 +733,10 @@ def _same_without_autograd(reply, again, module, call):
                 redrawn = once_more.values(0)
                 if isinstance(redrawn, np.ndarray) and redrawn.shape == plain.shape:
                     dropout_follows_seed(plain, redrawn, module.kwargs.get("dropout"), "output", call=once_more.call)
-            repeated = module.run(*call[0], **call[1]).values(0)
+            repeated = module.run(*call[0], **call[1]).values(0)  # values(): float64, or None
             calling(reply.call)
-            if isinstance(repeated, np.ndarray) and repeated.shape == plain.shape and repeated.dtype.kind == "f":
-                expect_close(repeated.astype(np.float64), got, "grad_call_depends_on_earlier_calls", atol=1e-6, rtol=1e-5)
+            if isinstance(repeated, np.ndarray) and repeated.shape == plain.shape:
+                expect_close(repeated, got, "grad_call_depends_on_earlier_calls", atol=1e-6, rtol=1e-5)
         expect_close(got, plain, "output_changes_with_grad_mode", atol=1e-6, rtol=1e-5)
 
 
@@ -1995,19 +1995,34 @@ def unchanged_by_another_instance(module, calls, shaped, expected, another):
     """After another() built and called a module of the same class with another configuration,
     the module's last call (which matched; without its `reload`, whose parameters it keeps)
     still gives the reference's outputs."""
-    other, _ = attempted(lambda: second_opinion(another))
-    if other is None:
-        return  # the other configuration could not even run: not this module's state
-    from .harness import call_failure
-
     last = len(calls) - 1
     args, options = calls[last]
-    reply, error = attempted(lambda: module.run(*args, **{k: v for k, v in options.items() if k != "reload"}))
-    if error is not None:
-        raise call_failure(error, "other_instance_broke_call", other=other)
+    repeated = repeated_after_another_instance(module, [(args, {k: v for k, v in options.items() if k != "reload"})],
+                                               another)
+    if repeated is None:
+        return
+    other, (reply,) = repeated
     again = shaped(last, reply)
     for actual, (want, bound, magnitude, what) in zip(again, expected(last)):
         matches_reference(actual, want, bound, "depends_on_other_instances", magnitude, what=what, other=other)
+
+
+def repeated_after_another_instance(module, calls, another):
+    """(another()'s description of the module of the same class it built and called, the replies
+    of `calls` made again on `module` after it), or None where that other configuration could not
+    run (not this module's state). A call that raises now fails as other_instance_broke_call."""
+    other, _ = attempted(lambda: second_opinion(another))
+    if other is None:
+        return None
+    from .harness import call_failure
+
+    replies = []
+    for args, options in calls:
+        reply, error = attempted(lambda: module.run(*args, **options))
+        if error is not None:
+            raise call_failure(error, "other_instance_broke_call", other=other)
+        replies.append(reply)
+    return other, replies
 
 
 def train_draw_unchanged_by_another_instance(fresh, calls, shaped, another):
@@ -2022,18 +2037,13 @@ def train_draw_unchanged_by_another_instance(fresh, calls, shaped, another):
     if any(not np.allclose(a, b, atol=1e-6, rtol=1e-5, equal_nan=True)
            for a, b in zip(first, (shaped(reply) for reply in module.runs(*calls)))):
         return
-    other, _ = attempted(lambda: second_opinion(another))
-    if other is None:
-        return  # the other configuration could not even run: not this module's state
-    from .harness import call_failure
-
-    for (args, options), before in zip(calls, first):
-        reply, error = attempted(lambda: module.run(*args, **options))
-        if error is not None:
-            raise call_failure(error, "other_instance_broke_call", other=other)
-        again = shaped(reply)
+    repeated = repeated_after_another_instance(module, calls, another)
+    if repeated is None:
+        return
+    other, replies = repeated
+    for reply, before in zip(replies, first):
         calling(reply.call)
-        expect_close(again, before, "train_depends_on_other_instances", atol=1e-6, rtol=1e-5, other=other)
+        expect_close(shaped(reply), before, "train_depends_on_other_instances", atol=1e-6, rtol=1e-5, other=other)
 
 
 def matches_on_a_fresh_module(module, call, index, expected, shaped):

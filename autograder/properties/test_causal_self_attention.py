@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
 from .harness import (BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
-from .strategies import DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -294,9 +294,15 @@ def another_configuration(worker, dims):
     return f"n_embd={dims['n_embd']}, n_head={dims['n_head']}, block_size={dims['block_size']}"
 
 
+def layers_not_holding(module, p):
+    """The dropout layers of a module built with dropout p that hold another p, as the message names them."""
+    return [f"{name} (p={value})" for name, value in module.dropout_p.items()
+            if name in ("attn_drop", "resid_drop") and value != p]
+
+
 def another_dropout(worker, dims, p):
     """Build a module of these dims with another dropout p and call it in train mode on both paths; its description."""
-    other = 0.0 if p >= 0.25 else 0.5
+    other = another_rate(p)
     module, rng = loaded(worker, dims, dropout=other)
     data = inputs(rng, dims)
     module.runs(((data,), {"train": True}), ((data,), {"train": True, "fused": True}))
@@ -541,8 +547,7 @@ def test_train_dropout(worker, dims, seed, p):
     require(not clean or later.dropout_p.get("resid_drop") != p, "dropout_layers_shared", p=p)
     # Each layer holds cfg.dropout as given (no cap, no rounding), read from a module built with EXACT_P.
     exact = another(worker, dims, EXACT_P)
-    changed = [f"{name} (p={value})" for name, value in exact.dropout_p.items() if name in ("attn_drop", "resid_drop")
-               and value != EXACT_P]
+    changed = layers_not_holding(exact, EXACT_P)
     require(not changed, "dropout_p_not_kept", p=EXACT_P, layers=changed)
     # The submission's own Cfg given that p keeps it too (a __post_init__ that rounds it to two
     # decimals keeps every rate drawn): the module above was built on the grader's dataclass.
@@ -618,9 +623,7 @@ def test_train_dropout(worker, dims, seed, p):
             if layers[name] != fields["dropout"]:
                 # given the default by name, do the layers hold it? Else the module changes it
                 # (`nn.Dropout(cfg.dropout or 0.1)`), not the Cfg's default
-                given = another(worker, dims, fields["dropout"])
-                replaced = [f"{layer} (p={value})" for layer, value in given.dropout_p.items()
-                            if layer in ("attn_drop", "resid_drop") and value != fields["dropout"]]
+                replaced = layers_not_holding(another(worker, dims, fields["dropout"]), fields["dropout"])
                 require(not replaced, "dropout_p_not_kept", p=fields["dropout"], layers=replaced)
             require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",
                     default=fields["dropout"], got=layers[name], call="Cfg(n_embd, n_head)")

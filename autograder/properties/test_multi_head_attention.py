@@ -11,7 +11,7 @@ from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
-from .strategies import DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
+from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "MultiHeadAttention"
@@ -344,7 +344,7 @@ def another_configuration(worker, dims):
 
 def another_dropout(worker, dims, p):
     """Build a module of these dims with another dropout p and call it in train mode; its description."""
-    other = 0.0 if p >= 0.25 else 0.5
+    other = another_rate(p)
     module, rng = loaded(worker, dims, dropout=other)
     module.run(*cross_inputs(rng, dims), train=True)
     return f"d_model={dims['d_model']}, num_heads={dims['h']}, dropout={other}"
