@@ -631,6 +631,7 @@ def notebook_source(text, name="notebook.ipynb"):
     statements = _reimported(statements, writes)
     _read_through_aliases(statements, writes)
     statements = _attached_or_dropped(statements)
+    _registering(statements)
     try:
         kept = _needed(statements, {cell: modules for cell, modules in writes.items() if modules})
         if broken:
@@ -824,6 +825,13 @@ def _copy(statement):
                       statement.kind, statement.binds, statement.reads)
 
 
+# How far _registering follows a class's bases, each of the notebook's, for an __init_subclass__ or
+# a metaclass: a few levels in any notebook; thousands in a hostile one would exhaust the stack.
+HOOK_DEPTH = 64
+
+# _names_looked_up's bound on the statements it reads: a notebook has a few such lookups at most.
+DYNAMIC_LOOKUPS = 100
+
 # _reimported's bound on the bindings it looks at: a notebook's few imports of its own modules look
 # at a handful.
 REIMPORT_STEPS = 200_000
@@ -1012,15 +1020,21 @@ def _written_module(magic_line, used):
 
 
 # What imports or runs a module the notebook may write: `import m`, `import a.m as x, n`,
-# `from m import ...` (also indented, in an if or try), `%run m.py` / `%run -i m.py`, and
-# exec(open("m.py").read()).
+# `from m import ...` (also indented, in an if or try), `%run m.py` / `%run -i m.py` / `%run m`
+# (IPython adds .py to a name that is no file; `%run -m m` runs it by module name),
+# exec(open("m.py").read()), runpy.run_path("m.py"), and the calls that import or run a module by
+# a literal name (_LOADED_BY_CALL).
 _IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)"
                        r"|from[ \t]+([\w.]+)[ \t]+import\b[ \t(]*([\w \t,]*))", re.MULTILINE)
 # A file name holds no parenthesis and is at most 255 bytes: bounded, the pattern reads each
 # position of a cell a bounded number of times (unbounded, `exec(open(` repeated over a 16 MB cell
 # took hours, before any limit of the worker applied).
-_RUN = re.compile(r"""(?:^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+|\bexec\(\s*open\(\s*)['"]?([^'"\s()]{1,255})\.py\b""",
-                  re.MULTILINE)
+_RUN = re.compile(r"""^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+['"]?([^'"\s()]{1,255}?)(?:\.py)?(?=['"\s]|$)"""
+                  r"""|\b(?:exec\(\s*open|run_path)\(\s*['"]?([^'"\s()]{1,255})\.py\b""", re.MULTILINE)
+# importlib.import_module("m"), __import__("m"), runpy.run_module("m"): by what they return, the
+# module itself or (the run_ functions) a dict of its names
+_LOADED_BY_CALL = re.compile(r"""\b(import_module|__import__|run_module)\(\s*['"]([\w.]{1,255})['"]""")
+_LOADERS = {"import_module": "module", "__import__": "module", "run_module": "names", "run_path": "names"}
 
 
 def _modules_used(sources):
@@ -1034,8 +1048,14 @@ def _modules_used(sources):
             used.update(part.split()[0] for part in imports.split(",") if part.strip())
             if origin:  # `from modelos import atencion` may import the module modelos/atencion.py
                 used.update([origin, *(f"{origin}.{part.split()[0]}" for part in taken.split(",") if part.strip())])
-        used.update(path.strip("./").replace("/", ".") for path in _RUN.findall(source))
+        used.update(_run_module(path) for found in _RUN.findall(source) for path in found if path)
+        used.update(module for _, module in _LOADED_BY_CALL.findall(source))
     return frozenset(used)
+
+
+def _run_module(path):
+    """The dotted module name a file run by its path stands for: modelos/capas(.py) as modelos.capas."""
+    return path.removesuffix(".py").strip("./").replace("/", ".")
 
 
 def is_ipython_line(line):
@@ -1118,6 +1138,8 @@ def _statement(node, data, starts, cell, written):
         return [_written_module_import(node, cell, written)]
     if isinstance(node, ast.Import) and any(alias.name in written for alias in node.names):
         return [_written_module_import(node, cell, written)]
+    if loaded := _written_module_loaded(node, cell, written):
+        return [loaded]
     if isinstance(node, _IMPORTS):
         names = [alias.asname or _top(alias.name) for alias in node.names]
         if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
@@ -1260,6 +1282,29 @@ def _written_module_import(node, cell, written):
     text = "; ".join(parts).encode()
     return _Statement(text, 0, len(text), cell, node.lineno, "alias", binds,
                       {module for _, module in modules if module in written})
+
+
+def _written_module_loaded(node, cell, written):
+    """`m = importlib.import_module("capas")` (or `__import__("capas")`), `ns =
+    runpy.run_module("capas")` or `runpy.run_path("capas.py")` of a module the notebook writes: as
+    `import capas as m` (_written_module_import), m is this module; ns, the dict of its names that
+    the run_ functions return. None for any other statement."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call) and node.value.args and isinstance(node.value.args[0], ast.Constant)
+            and isinstance(node.value.args[0].value, str)):
+        return None
+    function = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else getattr(node.value.func, "id", "")
+    path = node.value.args[0].value
+    if function == "run_path":
+        module = _run_module(path) if path.endswith(".py") else None
+    else:
+        module = path if function in _LOADERS and not (function == "__import__" and "." in path) else None
+    if module not in written:
+        return None
+    name = node.targets[0].id
+    this = "__import__(__name__)" if _LOADERS[function] == "module" else "vars(__import__(__name__))"
+    text = f"{name} = {this}".encode()
+    return _Statement(text, 0, len(text), cell, node.lineno, "alias", [name], {module})
 
 
 def _written_package(package, written):
@@ -1422,6 +1467,135 @@ def _sets_attributes(text):
     return False
 
 
+def _registering(statements):
+    """Add to each class or def what defining it changes through the notebook's own code: a
+    decorator of the notebook (`@registrar("SelfAttention")` whose function stores the class in a
+    REGISTRO dict; `@modelos.add` of an object the notebook binds), a base class of the notebook
+    whose `__init_subclass__` registers its subclasses, a metaclass of the notebook whose
+    `__new__` or `__init__` does. `SelfAttention = REGISTRO["SelfAttention"]` then keeps the class
+    that put it there (dropped, as nothing names it, the lookup failed: 0/48)."""
+    parsed = {}
+
+    def definition(statement):
+        if statement not in parsed:
+            try:
+                body = ast.parse(statement.text).body if statement.text.startswith(("@", "class ", "def ", "async ")) else ()
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                body = ()
+            parsed[statement] = body[0] if len(body) == 1 and isinstance(body[0], (*_DEFINITIONS,)) else None
+        return parsed[statement]
+
+    defined = {}  # name -> the statements defining it as a def or class
+    for statement in statements:
+        if statement.kind in ("definition", "statement") and statement.text.startswith(("@", "class ", "def ", "async ")):
+            for name in statement.binds[:1]:
+                defined.setdefault(name, []).append(statement)
+    if not any(s.text.startswith("@") or s.text.startswith("class ") and "(" in s.text.partition(":")[0]
+               for group in defined.values() for s in group):
+        return
+    objects = {name for s in statements if s.kind == "statement" for name in s.binds}
+    called, hooked = {}, {}
+
+    def changed_by_calling(name):  # what calling the notebook's function `name` changes
+        if name not in called:
+            called[name] = set()
+            for statement in defined.get(name, ()):
+                node = definition(statement)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    called[name] |= _globals_changed(node)
+        return called[name]
+
+    def changed_by_subclassing(name, depth=0):  # what defining a subclass of the notebook's class `name` changes
+        if name not in hooked and depth < HOOK_DEPTH:  # past it, a chain of bases is read as changing nothing
+            hooked[name] = set()
+            for statement in defined.get(name, ()):
+                node = definition(statement)
+                if isinstance(node, ast.ClassDef):
+                    hooked[name] |= _class_hooks(node, lambda base: changed_by_subclassing(base, depth + 1),
+                                                 changed_by_metaclass)
+        return hooked.get(name, set())
+
+    def changed_by_metaclass(name):  # what a class made by the notebook's metaclass `name` changes
+        found = set()
+        for statement in defined.get(name, ()):
+            node = definition(statement)
+            if isinstance(node, ast.ClassDef):
+                for method in node.body:
+                    if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name in ("__new__", "__init__"):
+                        found |= _globals_changed(method)
+        return found
+
+    for group in defined.values():
+        for statement in group:
+            node = definition(statement)
+            if node is None:
+                continue
+            changes = set()
+            for decorator in node.decorator_list:
+                callee = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(callee, ast.Name):
+                    changes |= changed_by_calling(callee.id)
+                elif isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) and callee.value.id in objects:
+                    changes.add(callee.value.id)  # `@registro.add` of a registry the notebook builds
+            if isinstance(node, ast.ClassDef):
+                changes |= _class_hooks(node, changed_by_subclassing, changed_by_metaclass, own=False)
+            changes -= set(statement.binds)
+            if changes:
+                statement.binds = [*statement.binds, *sorted(changes)]
+
+
+def _class_hooks(node, subclassing, metaclass, own=True):
+    """What defining a class changes through its bases and metaclass (subclassing, metaclass: the
+    notebook's hooks by name); with own, also through its own `__init_subclass__` (what defining a
+    subclass of it runs: a change of its first parameter, `cls.registro[...] = cls`, changes the
+    class itself)."""
+    changes = set()
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id != node.name:
+            changes |= subclassing(base.id)
+    for keyword in node.keywords:
+        if keyword.arg == "metaclass" and isinstance(keyword.value, ast.Name):
+            changes |= metaclass(keyword.value.id)
+    if own:
+        for method in node.body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name == "__init_subclass__":
+                changes |= _globals_changed(method, first_is=node.name)
+    return changes
+
+
+def _globals_changed(function, first_is=None):
+    """The module-level names a function changes in place when it runs, its nested functions
+    included (a decorator factory's inner function runs at the decoration): `REGISTRO[name] =
+    cls`, `REGISTRO.append(cls)`, `global X; X = cls`; with first_is, a change of its first
+    parameter counts as one of that name."""
+    try:
+        table = symtable.symtable(ast.unparse(function), "cell", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return set()
+    global_names, pending = set(), list(table.get_children())
+    while pending:
+        scope = pending.pop()
+        if scope.get_type() == "function":
+            global_names |= {symbol.get_name() for symbol in scope.get_symbols() if symbol.is_global()}
+        pending += scope.get_children()
+    arguments = [*function.args.posonlyargs, *function.args.args]
+    first = arguments[0].arg if arguments else None
+    changed = set()
+    for item in ast.walk(function):
+        roots = ()
+        if isinstance(item, ast.Call) and (name := _changed_by(item)):
+            roots = (name,)
+        elif isinstance(item, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            roots = [root for target, root in _target_roots(item)
+                     if root and (not isinstance(target, ast.Name) or root in global_names)]
+        for root in roots:
+            if root in global_names:
+                changed.add(root)
+            elif first_is and root == first:
+                changed.add(first_is)
+    return changed
+
+
 def _walrus(node):
     """Whether a top-level expression binds a name with `:=` (`(BLOCK := 16)`, `print(N := 8)`):
     an assignment as much as `BLOCK = 16`, kept when kept code reads the name."""
@@ -1515,22 +1689,38 @@ def _attaching_loop(node):
     items = _written_items(node.iter) if isinstance(node, ast.For) and not node.orelse else None
     if items is None:
         return ()
-    targets = set()
-    for statement in node.body:
-        if _mutated(statement) and getattr(statement.value.func, "id", None) == "setattr":  # setattr(Cls, ...)
-            targets.add(_mutated(statement))
-        elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-              and isinstance(statement.targets[0], ast.Attribute) and isinstance(statement.targets[0].value, ast.Name)):
-            targets.add(statement.targets[0].value.id)
-        else:
-            return ()
-    if len(targets) != 1:
+    targets = _attribute_targets(node.body)
+    if targets is None or len(targets) != 1:
         return ()
     target, graded = targets.pop(), set(EXERCISE.class_names)
     if target in graded:
         return (target,)
     taken = _taken_by(node.target, target, items)
     return tuple(dict.fromkeys(taken)) if taken and set(taken) <= graded else ()
+
+
+def _attribute_targets(body):
+    """The names whose attributes a loop's body sets (setattr, `X.forward = f`), or None where it
+    does anything else. Inside it may also bind plain names (`fn = globals().get(prefijo + nombre)`),
+    test (`if fn is not None:`) and loop again over items written there."""
+    targets = set()
+    for statement in body:
+        if _mutated(statement) and getattr(statement.value.func, "id", None) == "setattr":  # setattr(Cls, ...)
+            targets.add(_mutated(statement))
+        elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+              and isinstance(statement.targets[0], ast.Attribute) and isinstance(statement.targets[0].value, ast.Name)):
+            targets.add(statement.targets[0].value.id)
+        elif isinstance(statement, ast.Assign) and all(isinstance(t, ast.Name) for t in statement.targets):
+            continue
+        elif isinstance(statement, ast.If) or isinstance(statement, ast.For) and not statement.orelse and (
+                _written_items(statement.iter) is not None):
+            inner = _attribute_targets([*statement.body, *statement.orelse])
+            if inner is None:
+                return None
+            targets |= inner
+        else:
+            return None
+    return targets
 
 
 def _written_items(iterable):
@@ -1719,6 +1909,7 @@ def _needed(statements, modules=None):
             for bound in statement.binds:
                 binders.setdefault(bound, []).append(index)
     state = [None] * len(statements)  # True kept, False refused, None not needed (yet)
+    looked_up = _names_looked_up(binders)
     needed, seen, pending = set(), set(), [(name, None) for name in reversed(ASKED)]
     while pending:
         used, scope = pending.pop()
@@ -1742,6 +1933,7 @@ def _needed(statements, modules=None):
             state[index] = statement.kind == "definition" or uses is not None and ("get_ipython" not in uses or last)
             if state[index]:
                 pending += [(name, modules.get(statement.cell)) for name in uses or ()]
+                pending += [(name, None) for name in looked_up(statement)]
     unresolved = any(name not in binders and name not in ASKED and name not in _BUILTINS
                      and not name.startswith("__") for name in needed)
     first_kept = min((index for index, keep in enumerate(state) if keep), default=len(statements))
@@ -1755,6 +1947,36 @@ def _needed(statements, modules=None):
             state[index] = True
     futures = [s for s, keep in zip(statements, state) if keep and s.kind == "future"]
     return futures + [_only_needed(s, needed) for s, keep in zip(statements, state) if keep and s.kind != "future"]
+
+
+def _names_looked_up(binders, limit=DYNAMIC_LOOKUPS):
+    """A function giving, for a statement that reads the module's names by a computed key
+    (`globals().get(prefijo + nombre)`, `vars()[f"_{n}"]`), the names of `binders` that hold one of
+    the strings written in it (`"_sa_"`, `"forward"`): what the key may be. The kernel finds any
+    name; nothing else names these. At most `limit` such statements are read (each costs a pass
+    over the names)."""
+    budget = [limit]
+
+    def looked_up(statement):
+        text = statement.text
+        if "globals()" not in text and "vars()" not in text or budget[0] <= 0:
+            return ()
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return ()
+        computed = any(_the_namespace(node.value) and not isinstance(node.slice, ast.Constant)
+                       if isinstance(node, ast.Subscript) else
+                       isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                       and _the_namespace(node.func.value) and node.args and not isinstance(node.args[0], ast.Constant)
+                       for node in ast.walk(tree))
+        pieces = {node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= 2}
+        if not computed or not pieces:
+            return ()
+        budget[0] -= 1
+        return [name for name in binders if any(piece in name for piece in pieces)]
+    return looked_up
 
 
 def _installed(module):

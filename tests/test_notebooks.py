@@ -741,6 +741,73 @@ def test_a_written_module_is_kept_only_where_the_notebook_imports_or_runs_it(mag
     assert "SelfAttention" not in names(kept(cell, "print('sin importar')"))
 
 
+@pytest.mark.parametrize("loads, reads", [
+    ("import importlib\nm = importlib.import_module('capas')", "m.SelfAttention"),
+    ("m = __import__('capas')", "m.SelfAttention"),
+    ("import runpy\nns = runpy.run_path('capas.py')", "ns['SelfAttention']"),
+    ("from runpy import run_module\nns = run_module('capas')", "ns['SelfAttention']"),
+    ("%run capas", "SelfAttention"), ("%run -m capas", "SelfAttention"), ("%run 'capas.py'", "SelfAttention"),
+])
+def test_a_written_module_loaded_by_a_call_or_run_by_its_name_is_the_notebooks_code(loads, reads, monkeypatch):
+    """A %%writefile module loaded by importlib.import_module, __import__ or runpy, or `%run`
+    without .py (IPython adds it): the classes were dropped as never imported, or the module kept
+    was looked for as a file (0/48 for three correct notebooks of an outside writer)."""
+    module = types.ModuleType("cuaderno")
+    monkeypatch.setitem(sys.modules, "cuaderno", module)
+    exec(code_of(kept(f"%%writefile capas.py\n{CLASS}\n    origen = 'capas'", loads,
+                      f"SelfAttention = {reads}")), module.__dict__)
+    assert module.SelfAttention.origen == "capas"
+
+
+@pytest.mark.parametrize("registry, defined, lookup", [
+    ("REGISTRO = {}\ndef registrar(nombre):\n    def poner(clase):\n        REGISTRO[nombre] = clase\n"
+     "        return clase\n    return poner", "@registrar('SelfAttention')\nclass _SA:\n    origen = 'registro'",
+     "REGISTRO['SelfAttention']"),
+    ("class Base:\n    registro = {}\n    def __init_subclass__(cls, nombre=None, **kw):\n"
+     "        super().__init_subclass__(**kw)\n        Base.registro[nombre] = cls",
+     "class _SA(Base, nombre='SelfAttention'):\n    origen = 'registro'", "Base.registro['SelfAttention']"),
+    ("class Base:\n    registro = {}\n    def __init_subclass__(cls, **kw):\n        cls.registro[cls.__name__] = cls\n"
+     "class Intermedia(Base):\n    pass", "class _SA(Intermedia):\n    origen = 'registro'", "Base.registro['_SA']"),
+    ("TODAS = []\nclass Meta(type):\n    def __init__(cls, nombre, bases, espacio):\n        super().__init__(nombre, bases, espacio)\n"
+     "        TODAS.append(cls)", "class _SA(metaclass=Meta):\n    origen = 'registro'", "TODAS[-1]"),
+    ("class Registro(dict):\n    def add(self, clase):\n        self[clase.__name__] = clase\n        return clase\n"
+     "registro = Registro()", "@registro.add\nclass _SA:\n    origen = 'registro'", "registro['_SA']"),
+])
+def test_a_class_that_registers_itself_through_the_notebooks_code_is_kept(registry, defined, lookup):
+    """A class nothing names, put in a registry by a decorator, a base class's __init_subclass__, a
+    metaclass or a registry object's method, all the notebook's own, then taken from it: the class
+    was dropped and the lookup failed (0/48 for an outside writer's correct notebook)."""
+    module = types.ModuleType("cuaderno")
+    exec(code_of(kept(registry, defined, "@registrar('demo')\ndef demo():\n    pass" if "registrar" in registry else "pass",
+                      f"SelfAttention = {lookup}")), module.__dict__)
+    assert module.SelfAttention.origen == "registro"
+
+
+@pytest.mark.parametrize("looked_up", ["globals().get(prefijo + nombre)", "globals()[f'{prefijo}{nombre}']",
+                                       "vars().get(prefijo + nombre)"])
+def test_methods_attached_in_nested_loops_by_a_computed_name_are_kept(looked_up, monkeypatch):
+    """`for cls, prefijo in ((SelfAttention, "_sa_"),): for nombre in ("forward",): fn =
+    globals().get(prefijo + nombre); if fn is not None: setattr(cls, nombre, fn)`: the loop (its
+    body more than setattr) and the functions (named only by pieces of strings) were dropped: a
+    correct notebook of an outside writer scored 21."""
+    module = types.ModuleType("cuaderno")
+    monkeypatch.setitem(sys.modules, "cuaderno", module)
+    exec(code_of(kept(CLASS, "def _sa_forward(self):\n    return 'adjuntado'\n\ndef _sa_ayuda(self):\n    return 'ayuda'",
+                      "for cls, prefijo in ((SelfAttention, '_sa_'),):\n    for nombre in ('forward', 'ayuda'):\n"
+                      f"        fn = {looked_up}\n        if fn is not None:\n            setattr(cls, nombre, fn)",
+                      "def forward_de_prueba():\n    pass")), module.__dict__)
+    assert module.SelfAttention().forward() == "adjuntado" and module.SelfAttention().ayuda() == "ayuda"
+
+
+def test_a_loop_that_does_more_than_set_attributes_is_still_dropped():
+    assert names(kept(CLASS, "for cls in (SelfAttention,):\n    if True:\n        entrenar(cls)")) == ["SelfAttention"]
+
+
+def test_a_decorator_of_the_notebooks_that_changes_nothing_keeps_nothing_more():
+    assert names(kept("import torch\ndef cronometrado(f):\n    return f", "@cronometrado\ndef demo():\n    plt.plot()",
+                      CLASS)) == ["SelfAttention"]
+
+
 def test_a_bash_cell_is_not_python_and_costs_nothing():
     source = kept("%%bash\nfor f in *.py; do echo \"$f\"; done\nif [ -d data ]; then ls data; fi", CLASS)
     assert names(source) == ["SelfAttention"] and cell_lines(source).locate(1) == (2, 1)
