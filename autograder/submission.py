@@ -1725,9 +1725,13 @@ def _attribute_targets(body):
 
 def _written_items(iterable):
     """The items a loop over a list, tuple or dict written there goes through (a dict's .items()
-    as (key, value) tuples), or None for anything else."""
+    as (key, value) tuples; zip() of such lists as tuples of their items), or None for anything else."""
     if isinstance(iterable, (ast.List, ast.Tuple)):
         return list(iterable.elts)
+    if (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip"
+            and iterable.args and not iterable.keywords):
+        columns = [_written_items(argument) for argument in iterable.args]
+        return None if None in columns else [ast.Tuple(list(row)) for row in zip(*columns)]
     if isinstance(iterable, ast.Dict):
         return list(iterable.keys)
     if (isinstance(iterable, ast.Call) and not iterable.args and not iterable.keywords

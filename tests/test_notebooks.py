@@ -799,6 +799,16 @@ def test_methods_attached_in_nested_loops_by_a_computed_name_are_kept(looked_up,
     assert module.SelfAttention().forward() == "adjuntado" and module.SelfAttention().ayuda() == "ayuda"
 
 
+def test_methods_attached_in_a_loop_over_zipped_lists_are_kept(monkeypatch):
+    """`for cls, fn in zip([SelfAttention], [sa_forward]): cls.forward = fn` (21/48 for an outside
+    writer's correct notebook: zip was no loop the loader read)."""
+    module = types.ModuleType("cuaderno")
+    monkeypatch.setitem(sys.modules, "cuaderno", module)
+    exec(code_of(kept(CLASS, "def sa_forward(self):\n    return 'adjuntado'",
+                      "for cls, fn in zip([SelfAttention], (sa_forward,)):\n    cls.forward = fn")), module.__dict__)
+    assert module.SelfAttention().forward() == "adjuntado"
+
+
 def test_a_loop_that_does_more_than_set_attributes_is_still_dropped():
     assert names(kept(CLASS, "for cls in (SelfAttention,):\n    if True:\n        entrenar(cls)")) == ["SelfAttention"]
 
