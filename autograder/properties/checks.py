@@ -1781,13 +1781,16 @@ def matches_beyond_examples(module, calls, shaped, expected, code, **said):
             matches_reference(actual, want, None, code, tolerance=tolerance, what=what, **said)
 
 
-def inputs_unchanged(reply, names):
-    """The call left its inputs as they were sent. names: the worker's keys for them ("0", "1"...
-    for positional ones, "mask") -> the names the statement gives them."""
-    changed = [names.get(key, key) for key in reply.modified]
-    if changed:
-        calling(reply.call)  # the failure is about this call, whichever reply was read last
-    require(not changed, "input_modified", names=changed)
+def inputs_unchanged(reply, names, kinds=("modified", "requires_grad_changed", "rebound")):
+    """The call left its inputs as they were sent: their values and shape (modified), their
+    requires_grad, their memory (rebound). names: the worker's keys for them ("0", "1"... for
+    positional ones, "mask") -> the names the statement gives them. kinds: which of those to judge."""
+    for kind, code in (("modified", "input_modified"), ("requires_grad_changed", "input_requires_grad_changed"),
+                       ("rebound", "input_rebound")):
+        changed = [names.get(key, key) for key in getattr(reply, kind)] if kind in kinds else []
+        if changed:
+            calling(reply.call)  # the failure is about this call, whichever reply was read last
+            raise PropertyFailure(code, names=changed)
 
 
 # A gradient an input must not get: exactly zero for every correct module tried (masked weights are
@@ -1812,7 +1815,7 @@ def no_gradient_where_blocked(grad, blocked, what, row):
                               gradient=float(f"{leak[batch, position]:.3g}"))
 
 
-def shapes_across_calls(module, calls, shaped, fresh, lengths):
+def shapes_across_calls(module, calls, shaped, fresh, lengths, names):
     """One module, several calls: calls[0] at a first length, calls[1] at another (longer) one,
     then any calls on that longer input, each non-contiguous one right after its contiguous twin.
     shaped(i, reply): call i's outputs, shape-checked; fresh(): a new module like `module`.
@@ -1822,7 +1825,9 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
     contiguous twin did not (a view on an input). A call with a mask that raises, or gives outputs
     of another shape, where the same call without it gives the right ones, is named as the mask's
     (how it broadcasts is masked_zero's matter). A non-contiguous twin must also give the same
-    values as its contiguous one."""
+    values as its contiguous one, and leave its inputs in the memory they came in (names:
+    inputs_unchanged's): `x.data = x.data.contiguous()` there unties the caller's view from its
+    buffer (what else a call changes, the other properties' calls see)."""
     from .harness import call_failure, runs_until_failure
 
     replies, failed = runs_until_failure(module, *calls)
@@ -1847,6 +1852,7 @@ def shapes_across_calls(module, calls, shaped, fresh, lengths):
         if options.get("noncontiguous"):
             for what, mine, twin in zip(("output", "weights"), got[i], got[i - 1]):
                 expect_close(mine, twin, "noncontiguous_mismatch", what=what)
+            inputs_unchanged(replies[i], names, kinds=("rebound",))
 
 
 def _right_without_mask(fresh, call, shaped):

@@ -35,6 +35,8 @@ class Reply:
         self.traced = raw.get("traced", {})  # torch.nn.functional name -> calls, for those the call asked to trace
         self.input_grads = raw.get("input_grads", {})  # the gradients of the inputs named in input_grads
         self.modified = raw.get("modified", [])  # the inputs the call changed in place, named the same way
+        self.requires_grad_changed = raw.get("requires_grad_changed", [])  # ...or marked to require gradients
+        self.rebound = raw.get("rebound", [])  # ...or gave other memory or strides (x.data = ...)
         self.buffers_changed = raw.get("buffers_changed", [])  # the masks (boolean buffers) the call changed
         self.earlier_outputs_changed = raw.get("earlier_outputs_changed", 0)  # calls back whose outputs were written
         self.settings_changed = raw.get("settings_changed", [])  # torch's global settings the call changed

@@ -72,7 +72,7 @@ def test_shapes(worker, dims, longer, fused):
     path = {"fused": True} if fused else {}
     calls = [((x,), {}), ((x2,), path), ((x2,), {**path, "noncontiguous": True})]
     checks.shapes_across_calls(module, calls, lambda i, reply: [output(reply, short if i == 0 else long)],
-                               lambda: build(worker, short), (first, second))
+                               lambda: build(worker, short), (first, second), INPUT_NAMES)
 
 
 @graded(CLS, "parameter_count")

@@ -85,7 +85,7 @@ def test_shapes(worker, dims, longer_q, longer_k, masked):
     calls = [(args, {}), (longer_args, options), (longer_args, {**options, "noncontiguous": True})]
     checks.shapes_across_calls(module, calls, lambda i, reply: outputs(reply, dims if i == 0 else longer),
                                lambda: build(worker, dims),
-                               ((dims["Tq"], dims["Tk"]), (longer["Tq"], longer["Tk"])))
+                               ((dims["Tq"], dims["Tk"]), (longer["Tq"], longer["Tk"])), INPUT_NAMES)
 
 
 @graded(CLS, "parameter_count")

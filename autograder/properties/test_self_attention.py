@@ -95,7 +95,7 @@ def test_shapes(worker, dims, longer, masked):
     options = {"mask": mask} if masked else {}
     calls = [((x,), {}), ((x2,), options), ((x2,), {**options, "noncontiguous": True})]
     checks.shapes_across_calls(module, calls, lambda i, reply: outputs(reply, dims if i == 0 else longer_dims),
-                               lambda: build(worker, dims), (dims["T"], longer_dims["T"]))
+                               lambda: build(worker, dims), (dims["T"], longer_dims["T"]), INPUT_NAMES)
 
 
 @graded(CLS, "parameter_count")

@@ -514,6 +514,10 @@ class Worker:
         # an in-place write leaves its mark in `_version` even where the values stay (mask.clamp_(0, 1)
         # on a 0/1 mask): it fails on an expanded or inference-mode mask, as the statement says
         versions = {name: self._version_of(value) for name, value in given.items() if type(value) is torch.Tensor}
+        # what the caller's tensor is besides its values: a call must leave it as the caller had it
+        # (x.requires_grad_() makes the caller's .numpy() fail; `x.data = x.data.contiguous()`
+        # unties a view from the buffer it was cut from), and neither counts in `_version`
+        layouts = {name: self._layout(value) for name, value in given.items() if type(value) is torch.Tensor}
         if seed is not None:  # None: the generators go on from the call before, as in a training loop
             self._seed(seed, device)
         traced = dict.fromkeys(trace, 0)
@@ -541,6 +545,7 @@ class Worker:
                  "modified": sorted(name for name, copied in sent_copies.items()
                                     if self._changed(given[name], copied)
                                     or self._version_of(given[name]) != versions.get(name)),
+                 **self._relaid(given, layouts),
                  "earlier_outputs_changed": self._earlier_outputs_changed(handle)}
         self._keep_outputs(handle, [(v, a.copy(), self._version_of(v))  # as sent: same dtype
                                     for v, a in zip(outputs, returned)
@@ -612,6 +617,21 @@ class Worker:
     def _written(self, tensor, version):
         """Whether a tensor returned by an earlier call was written since (its `_version` grew)."""
         return type(tensor) is not self.torch.Tensor or (version is not None and self._version_of(tensor) != version)
+
+    def _layout(self, tensor):
+        """(requires_grad, (memory address, strides, offset)) of a plain tensor."""
+        base = self.torch._C.TensorBase
+        with self.torch._C.DisableTorchFunctionSubclass():
+            return (base.requires_grad.__get__(tensor),
+                    (base.data_ptr(tensor), tuple(base.stride(tensor)), base.storage_offset(tensor)))
+
+    def _relaid(self, given, layouts):
+        """{"requires_grad_changed": names, "rebound": names} of the inputs whose requires_grad, or
+        memory (address, strides, offset), the call changed; each key only where some did."""
+        now = {name: self._layout(given[name]) for name in layouts if type(given[name]) is self.torch.Tensor}
+        found = {key: sorted(name for name, layout in now.items() if layout[part] != layouts[name][part])
+                 for part, key in enumerate(("requires_grad_changed", "rebound"))}
+        return {key: names for key, names in found.items() if names}
 
     def _version_of(self, tensor):
         """A plain tensor's `_version`, or None for an inference tensor (one returned under

@@ -23,6 +23,8 @@ which would be reported as the grading machine's fault.
              "grads": {name: array | None} (with grad=True),
              "input_grads": {name: array | None} (with input_grads=True),
              "modified": [str] (the inputs the call changed in place),
+             "requires_grad_changed": [str] (the inputs whose requires_grad the call changed),
+             "rebound": [str] (the inputs the call gave other memory or strides: `x.data = ...`),
              "buffers_changed": [str] (the boolean buffers, masks, whose values the call changed),
              "earlier_outputs_changed": int (how many calls back on the module a call whose returned
              tensor was written since was made: 1 the previous one; 0 none)}
@@ -110,7 +112,7 @@ def _call(reply, request):
         _names(reply["input_grads"], _array_or_none)
         for name, grad in reply["input_grads"].items():  # the gradient of an input has its shape
             _require(name in request.get("input_grads", ()) and (grad is None or grad.shape == _input_shape(request, name)))
-    for names in ("modified", "buffers_changed"):
+    for names in ("modified", "requires_grad_changed", "rebound", "buffers_changed"):
         if names in reply:
             _require(_short_names(reply[names]))
     if "earlier_outputs_changed" in reply:
