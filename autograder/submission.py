@@ -562,15 +562,19 @@ def notebook_source(text, name="notebook.ipynb"):
 
     - A cell that starts with a cell magic is dropped whole (%%bash, %%html, %%timeit, %%writefile
       of a file that is not Python...), except %%capture, %%time and %%prun, whose body the kernel
-      runs as Python, and %%writefile of a .py (attention.py, or a module the notebook imports or
-      %runs: `from capas import SelfAttention` is dropped, its code being here already): their
+      runs as Python, and %%writefile of a .py (attention.py, or a module the notebook imports,
+      loads by a call (importlib.import_module, __import__, runpy) or %runs: `from capas import
+      SelfAttention` is dropped, its code being here already): their
       magic line alone is dropped. A .py that is only written runs nowhere: dropped whole. Markdown and raw cells never count.
     - Line magics, shell lines (!pip install...) and `obj?` help lines are dropped; `x = !cmd`, `x =
       %magic` and the autocall escapes (`/f a b`) are read as IPython's Python (_as_python).
     - A code cell over MAX_CELL_CODE is dropped whole, unparsed (the module's docstring: why).
     - Of the top-level statements, what is kept is: the classes the statement asks for (ASKED),
       then, transitively, every import, definition and assignment (also `if`/`try` blocks, and
-      `OPTS.update(...)`-like calls that change a dict, list or set in place) that binds or changes a name kept code uses: in class and function bodies, default arguments, decorators,
+      `OPTS.update(...)`-like calls that change a dict, list or set in place; a class or def that
+      the notebook's decorator, base class or metaclass registers: _registering; a function a
+      kept statement looks up in globals() by a computed name: _names_looked_up) that binds or
+      changes a name kept code uses: in class and function bodies, default arguments, decorators,
       base classes, or another kept assignment. A star import is kept when some used name is
       bound nowhere else, or, in its place, after kept code when its module is installed (it may
       rebind what the classes use, as in the kernel). Nothing else runs: loops, prints, plots, calls, unused imports
