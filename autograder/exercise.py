@@ -7,6 +7,7 @@ the folder of its feedback catalogs.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from .errors import UsageError
 
 PROJECT = Path(__file__).resolve().parent.parent
 DESCRIPTOR = Path(__file__).resolve().parent / "properties" / "exercise.yml"
+# an input's axis, as input_sizes names it: `x.1`, `query.0`
+_AXIS = re.compile(r"[A-Za-z_]\w*\.\d")
 KEYS = {"name", "submission", "handout", "solution", "notebook_names", "classes", "traced", "input_sizes",
         "warm_up", "feedback"}
 
@@ -42,7 +45,9 @@ class Exercise:
     classes: tuple  # GradedClass, in grading order
     notebook_names: tuple = ()
     traced: tuple = ()
-    input_sizes: tuple = ()  # sizes of the inputs an example draws (feedback shows them only where the failing call has them)
+    # sizes of the inputs an example draws -> the (input, axis) pairs each sizes (feedback shows one
+    # only where the failing call's inputs have it there)
+    input_sizes: dict = field(default_factory=dict)
     warm_up: Path | None = None
     feedback: Path | None = None  # the folder of the exercise's catalogs, <language>.yml (feedback/__init__.py)
 
@@ -75,9 +80,13 @@ def load(path=DESCRIPTOR):
         classes.append(GradedClass(name, tuple(layers), config and config["class"], dict(config["fields"]) if config else {}))
     if not classes:
         raise ExerciseError(f"{path}: no classes")
-    input_sizes = raw.get("input_sizes") or []
-    if not isinstance(input_sizes, list) or not all(isinstance(size, str) for size in input_sizes):
-        raise ExerciseError(f"{path}: input_sizes must be a list of the names an example gives its drawn sizes")
+    input_sizes = raw.get("input_sizes") or {}
+    if not isinstance(input_sizes, dict) or not all(
+            isinstance(size, str) and isinstance(axes, list) and all(isinstance(axis, str) and _AXIS.fullmatch(axis)
+                                                                   for axis in axes)
+            for size, axes in input_sizes.items()):
+        raise ExerciseError(f"{path}: input_sizes must map each size an example draws to the input axes it "
+                            "sizes, as `T: [x.1]`")
     submission = raw["submission"]
     if not isinstance(submission, str) or Path(submission).name != submission or not submission.endswith(".py"):
         raise ExerciseError(f"{path}: submission must be a plain file name ending in .py, not {submission!r}")
@@ -85,7 +94,9 @@ def load(path=DESCRIPTOR):
         name=str(raw["name"]), suite=suite, submission=submission,
         handout=PROJECT / raw.get("handout", ""), solution=PROJECT / raw.get("solution", ""),
         classes=tuple(classes), notebook_names=tuple(raw.get("notebook_names") or ()),
-        traced=tuple(raw.get("traced") or ()), input_sizes=tuple(input_sizes), warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None,
+        traced=tuple(raw.get("traced") or ()),
+        input_sizes={size: tuple((axis.rpartition(".")[0], int(axis.rpartition(".")[2])) for axis in axes)
+                     for size, axes in input_sizes.items()}, warm_up=suite / raw["warm_up"] if raw.get("warm_up") else None,
         feedback=suite / raw.get("feedback", "feedback"))
 
 

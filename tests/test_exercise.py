@@ -26,7 +26,8 @@ def test_the_shipped_descriptor():
     assert found.stub.is_file() and found.solution.is_file() and found.warm_up.is_file()
     causal = found.classes[-1]
     assert causal.layers == ("qkv", "proj") and causal.config_class == "Cfg"
-    assert found.input_sizes == ("B", "T", "Tq", "Tk", "T2", "Tq2", "Tk2")
+    assert list(found.input_sizes) == ["B", "T", "Tq", "Tk", "T2", "Tq2", "Tk2"]
+    assert found.input_sizes["Tk"] == (("key", 1), ("value", 1))
 
 
 def test_the_engine_names_no_class_of_the_exercise():
@@ -49,7 +50,8 @@ def test_the_engine_names_no_class_of_the_exercise():
     ("name: x\nsubmission: x.py\nclasses: {A: {layers: W}}\n", "list of attribute names"),
     ("name: x\nsubmission: x.py\nclasses: {A: {config: {class: C}}}\n", "`class` and `fields`"),
     ("name: x\nsubmission: x.py\nclasses: {}\n", "no classes"),
-    ("name: x\nsubmission: x.py\nclasses: {A: {}}\ninput_sizes: B\n", "input_sizes must be a list"),
+    ("name: x\nsubmission: x.py\nclasses: {A: {}}\ninput_sizes: B\n", "input_sizes must map"),
+    ("name: x\nsubmission: x.py\nclasses: {A: {}}\ninput_sizes: {T: [x]}\n", "input_sizes must map"),
     ("[unclosed\n", "cannot read"),
 ])
 def test_a_bad_descriptor_is_refused_with_a_reason(tmp_path, text, complaint):

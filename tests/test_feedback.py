@@ -415,6 +415,9 @@ def test_the_example_line_shows_keys_it_does_not_know_and_names_the_class_for_a_
      "block_size=2, n_embd=1; falló la llamada forward(x (2048, 1, 1)) en modo entrenamiento"),
     ({"B": 2, "Tq": 3, "Tk": 5, "d_model": 4, "call": {"query": [2, 3, 4], "key": [2, 5, 4], "value_is": "key"}},
      "B=2, Tq=3, Tk=5, d_model=4; falló la llamada forward(query (2, 3, 4), key (2, 5, 4), value=key)"),
+    # a key of one position, built from the drawn Tk: Tk left out, though the queries have 2 positions
+    ({"B": 32, "Tq": 2, "Tk": 2, "h": 1, "call": {"query": [32, 2, 1], "key": [32, 1, 1], "value_is": "key"}},
+     "B=32, Tq=2, h=1; falló la llamada forward(query (32, 2, 1), key (32, 1, 1), value=key)"),
     ({"B": 2, "n_embd": 64, "call": {"method": "__init__", "args": "Cfg(64, 8)"}},   # no shape: nothing to compare
      "B=2, n_embd=64; falló la llamada SelfAttention(Cfg(64, 8))"),
 ])

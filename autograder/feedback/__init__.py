@@ -269,16 +269,29 @@ CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grad
 def _example(outcome, labels):
     """The example line: the sizes drawn, then the call that failed ("call", when the outcome has
     one), as the student would write it. The seed of the inputs stays in the raw outcome only; a
-    drawn input size (exercise.yml's input_sizes) that none of the failing call's shapes has is
-    left out: that call was built from the drawn one, and its shapes say what it was."""
+    drawn input size (exercise.yml's input_sizes) that the failing call's inputs do not have where
+    it sizes them is left out: that call was built from the drawn one (sequences cut into single
+    tokens, a key of one position), and its shapes say what it was."""
     example = outcome.example
     call = example.get("call")
-    sizes = {size for value in call.values() if _is_shape(value) for size in value} if isinstance(call, dict) else set()
-    parts = [", ".join(f"{k}={v}" for k, v in example.items() if k not in ("seed", "call")
-                       and not (sizes and k in EXERCISE.input_sizes and v not in sizes))]
+    parts = [", ".join(f"{k}={v}" for k, v in example.items() if k not in ("seed", "call") and _shown_size(k, v, call))]
     if isinstance(call, dict):
         parts.append(_call(call, outcome.cls, labels))
     return "; ".join(part for part in parts if part)
+
+
+def _shown_size(name, value, call):
+    """Whether a drawn size shows beside the failing call: unless it is an input size
+    (exercise.yml's input_sizes) and the call has one of the inputs it sizes, none with it there."""
+    axes = EXERCISE.input_sizes.get(name)
+    if not axes or not isinstance(call, dict):
+        return True
+    found = []
+    for name, axis in axes:
+        shape = call.get(call.get(f"{name}_is"), call.get(name))  # value=key: the key's shape
+        if _is_shape(shape) and axis < len(shape):
+            found.append(shape[axis])
+    return not found or value in found
 
 
 def _is_shape(value):
