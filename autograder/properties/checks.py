@@ -1916,20 +1916,31 @@ def reference_across_calls(module, calls, shaped, expected, fresh, names, descri
                     raise PropertyFailure(code, **{**failure.params, **params}) from None
                 if not calls[i][1].get("train") and second_opinion(lambda: changes_when_repeated(module, calls[i], i, shaped)):
                     raise PropertyFailure("eval_output_changes", **params) from None
+                if calls[i][1].get("in_place"):
+                    # a fresh module misses it too, where no earlier call's input tensors were reused:
+                    # that is not the reason, and the example does not say it
+                    calling(_described_without(reply.call, "in_place"))
+                    failure = PropertyFailure(failure.code, **failure.params)
+                at_fault = call_at_fault()
                 if code != "reference_mismatch_at" and not others_match(replies, i, shaped, expected, *kind):
-                    calling(reply.call)  # others_match read every reply: the failure is still this call's
+                    calling(at_fault)  # others_match read every reply: the failure is still this call's
                     failure = PropertyFailure("reference_mismatch_at", **{
                         k: v for k, v in failure.params.items() if k not in said})
                 if what == "output" and not calls[i][1].get("train") and weights_right_in_every_call(
                         replies, calls, shaped, expected):
                     # the weights it returns are the reference's: the output comes from elsewhere
-                    calling(reply.call)  # as above
+                    calling(at_fault)  # as above
                     failure = PropertyFailure("output_not_from_weights", **{
                         k: v for k, v in failure.params.items() if k not in said})
                 failure.diagnosis = diagnosed(module, "reference_match", calls, replies, expected)
                 raise failure from None
     if another is not None:
         unchanged_by_another_instance(module, calls, shaped, expected, another)
+
+
+def _described_without(call, mode):
+    """A call's description (as calling() takes it: data, or a function making it) less one mode."""
+    return lambda: {key: value for key, value in (call() if callable(call) else call).items() if key != mode}
 
 
 def weights_right_in_every_call(replies, calls, shaped, expected):
