@@ -881,3 +881,26 @@ def test_a_dropout_used_at_its_p_passes_the_high_rate_check_and_a_capped_one_nev
 def test_an_error_on_meta_judges_devices_only_where_it_names_them_and_is_no_lack_of_data(message, judges):
     assert checks.device_error(message, "meta") is judges
     assert checks.device_error(message, "cuda") is True  # on a real device every error does
+
+
+@pytest.mark.parametrize("reply, kinds, code", [
+    ({"modified": ["1"], "requires_grad_changed": ["0"]}, None, "input_modified"),  # values first
+    ({"requires_grad_changed": ["0"]}, None, "input_requires_grad_changed"),
+    ({"rebound": ["0"]}, None, "input_rebound"),
+    ({"requires_grad_changed": ["0"]}, ("rebound",), None),  # shapes' non-contiguous twin judges memory only
+    ({"rebound": ["0"]}, ("rebound",), "input_rebound"),
+    ({}, None, None),
+])
+def test_inputs_left_as_they_came_are_judged_by_values_then_requires_grad_then_memory(reply, kinds, code):
+    """x.requires_grad_() and `x.data = x.data.contiguous()` leave the caller's values as they were,
+    and no `_version` counts them; the worker reports them apart (an outside writer's three files
+    scored 48 with them)."""
+    raw = {"outputs": [], **reply}
+    judged = (lambda: checks.inputs_unchanged(harness.Reply(raw), {"0": "x", "1": "mask"})) if kinds is None else (
+        lambda: checks.inputs_unchanged(harness.Reply(raw), {"0": "x", "1": "mask"}, kinds=kinds))
+    if code is None:
+        judged()
+    else:
+        with pytest.raises(PropertyFailure) as failure:
+            judged()
+        assert failure.value.code == code and failure.value.params["names"] == [["mask"], ["x"]][code != "input_modified"]

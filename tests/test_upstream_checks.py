@@ -99,7 +99,7 @@ def test_nan_rows_under_a_mask_point_at_masked_zero(scores, mask):
 
 class MaskReply(tuple):
     """A call's (output, weights), with the inputs it changed in place (none)."""
-    modified = ()
+    modified = requires_grad_changed = rebound = ()
     call = None  # what a failure would name (harness.Reply's): nothing here
 
 
@@ -495,7 +495,7 @@ def test_a_train_output_leaks_only_if_the_same_input_repeats_itself():
 
 class CallReply:
     """A reply of reference_across_calls' module: one output, nothing changed or kept."""
-    modified, settings_changed, earlier_outputs_changed, call = (), (), False, None
+    modified, requires_grad_changed, rebound, settings_changed, earlier_outputs_changed, call = (), (), (), (), False, None
 
     def __init__(self, output):
         self.outputs = [output]
