@@ -591,9 +591,18 @@ def notebook_source(text, name="notebook.ipynb"):
     """
     sources = _code_cells(text, name)
     used = _modules_used(sources)
-    writes = {number: _written_module(_cell_magic(_cleaned_lines(source))[1], used) or frozenset()
-              for number, source in enumerate(sources, 1)}
-    written = set().union(*writes.values())
+    magics = [_cell_magic(_cleaned_lines(source))[1] if len(source) <= MAX_CELL_CODE else None for source in sources]
+    for _ in range(PACKAGE_DEPTH):  # a written package's relative imports load more of its modules
+        writes = {number: _written_module(magic, used) or frozenset() for number, magic in enumerate(magics, 1)}
+        more = {module for number, modules in writes.items() if modules
+                for module in _relative_imports(sources[number - 1], _package_of(max(modules, key=len), magics[number - 1]))}
+        if more <= used:
+            break
+        used |= more
+    written = _Written(set().union(*writes.values()))
+    written.named = _names_for_modules(sources, written)
+    written.packages = {cell: _package_of(max(modules, key=len), magics[cell - 1])
+                        for cell, modules in writes.items() if modules}
     # a cell over MAX_CELL_CODE is dropped whole before it is read line by line (tokenizing a 16 MiB
     # cell took 27 s of the grader's CPU); its size still counts against MAX_NOTEBOOK_CODE
     cells = [("", None, ()) if len(source) > MAX_CELL_CODE else _cell_python(source, used) for source in sources]
@@ -833,6 +842,10 @@ def _copy(statement):
 # a metaclass: a few levels in any notebook; thousands in a hostile one would exhaust the stack.
 HOOK_DEPTH = 64
 
+# How many rounds of a written package's relative imports notebook_source follows (a package
+# imports a module that imports another...): a notebook's packages are a level or two deep.
+PACKAGE_DEPTH = 16
+
 # _names_looked_up's bound on the statements it reads: a notebook has a few such lookups at most.
 DYNAMIC_LOOKUPS = 100
 
@@ -1009,7 +1022,7 @@ def _written_module(magic_line, used):
     writes runs nowhere (a class fixed there and never imported once scored 48 where the notebook's
     own earned 43). A file in a folder is imported by its dotted path from any folder above it
     (modelos/atencion.py as `modelos.atencion`, or as `atencion` from inside modelos/; /content/x.py
-    as `x`)."""
+    as `x`); modelos/__init__.py is the package `modelos`."""
     if magic_line is None:
         return None
     words = magic_line[2:].split()
@@ -1019,6 +1032,8 @@ def _written_module(magic_line, used):
     if path.suffix != ".py":
         return None
     parts = [part for part in path.with_suffix("").parts if part not in ("/", ".")]
+    if parts[-1] == "__init__" and len(parts) > 1:  # modelos/__init__.py is the package modelos
+        parts = parts[:-1]
     names = frozenset(".".join(parts[i:]) for i in range(len(parts)))
     return names if path.name == EXERCISE.submission or names & used else None
 
@@ -1038,22 +1053,85 @@ _RUN = re.compile(r"""^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+['"]?([^'"\s()]{1,255}?)(?
 # importlib.import_module("m"), __import__("m"), runpy.run_module("m"): by what they return, the
 # module itself or (the run_ functions) a dict of its names
 _LOADED_BY_CALL = re.compile(r"""\b(import_module|__import__|run_module)\(\s*['"]([\w.]{1,255})['"]""")
-_LOADERS = {"import_module": "module", "__import__": "module", "run_module": "names", "run_path": "names"}
+_LOADERS = {"import_module": "module", "__import__": "module", "module_from_spec": "module",
+            "run_module": "names", "run_path": "names"}
+# A module's file or name written as an argument (`spec_from_file_location("m", "m.py")`,
+# `run_path(path_name="m.py")`, `with open("m.py") as f: exec(f.read())`): the notebook loads it
+# somehow, so a %%writefile of it is code (only names a notebook writes count; a written file only
+# named in a sentence, "guardé capas.py", or a string that happens to be its name, is not)
+_NAMED_IN_CODE = re.compile(r"""[(,][ \t]*(?:\w+[ \t]*=[ \t]*)?['"]([\w./-]{1,255})['"]""")
+# a loader called with a name (`import_module(MODULO)`): the module is what the name is bound to
+_LOADED_BY_NAME = re.compile(r"""\b(?:import_module|__import__|run_module|run_path)\([ \t]*(?:\w+[ \t]*=[ \t]*)?([A-Za-z_]\w*)[ \t]*[,)]""")
+# `NAME = "m"` or `NAME = "m.py"`, and `spec = ...spec_from_file_location(name, "m.py")`: what a
+# loader call given NAME or spec loads (_written_module_loaded)
+_LITERAL_BOUND = re.compile(r"""^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*['"]([\w./-]{1,255})['"][ \t]*(?:#.*)?$""", re.MULTILINE)
+_SPEC_BOUND = re.compile(r"""^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*[\w.]*spec_from_file_location\([^,()\n]{0,300},"""
+                         r"""[ \t]*(?:location[ \t]*=[ \t]*)?['"]([^'"()\n]{1,255})['"]""", re.MULTILINE)
+
+
+class _Written(frozenset):
+    """The dotted names the modules a notebook writes may be imported by; `named`: {a name of the
+    notebook: the module it stands for} (_names_for_modules); `packages`: {a writing cell: the
+    package its module is in, for its relative imports}."""
+    named = {}
+    packages = {}
+
+
+def _package_of(module, magic_line):
+    """The package a written module's relative imports start from: the module itself for a
+    package's __init__.py (modelos), else the one above it (modelos for modelos.capas)."""
+    return module if (magic_line or "").rstrip().rstrip("'\"").endswith("__init__.py") else module.rpartition(".")[0]
+
+
+# `from .capas import X`, `from .. import capas`: a written module's relative imports
+_RELATIVE = re.compile(r"^[ \t]*from[ \t]+(\.{1,20})([\w.]{0,255})[ \t]+import\b[ \t(]*([\w \t,]{0,2000})", re.MULTILINE)
+
+
+def _relative_imports(source, package):
+    """The absolute modules a written module's relative imports may load, from its package."""
+    found = set()
+    for dots, module, names in _RELATIVE.findall(source) if package else ():
+        parts = package.split(".")
+        if len(dots) - 1 >= len(parts):
+            continue
+        base = ".".join(parts[:len(parts) - (len(dots) - 1)])
+        origin = f"{base}.{module}" if module else base
+        found |= {origin, *(f"{origin}.{name.split()[0]}" for name in names.split(",") if name.strip())}
+    return found
+
+
+def _names_for_modules(sources, written):
+    """{name: written module} for each top-level name bound to a written module's name or file, or
+    to a spec of its file: `MODULE = "capas"`, `spec = spec_from_file_location("c", "capas.py")`."""
+    named = {}
+    for source in sources:
+        if len(source) > MAX_CELL_CODE:
+            continue
+        for pattern in (_LITERAL_BOUND, _SPEC_BOUND):
+            for name, value in pattern.findall(source):
+                module = _run_module(value)
+                if module in written:
+                    named[name] = module
+    return named
 
 
 def _modules_used(sources):
     """The dotted module names a notebook's cells import or run (the code of every cell, read as
     text: a cell that does not parse may still import)."""
-    used = set()
+    used, bound, loaded = set(), {}, set()
     for source in sources:
         if len(source) > MAX_CELL_CODE:  # dropped whole, unread (notebook_source)
             continue
+        bound.update(_LITERAL_BOUND.findall(source))
+        loaded.update(_LOADED_BY_NAME.findall(source))
         for imports, origin, taken in _IMPORTED.findall(source):
             used.update(part.split()[0] for part in imports.split(",") if part.strip())
             if origin:  # `from modelos import atencion` may import the module modelos/atencion.py
                 used.update([origin, *(f"{origin}.{part.split()[0]}" for part in taken.split(",") if part.strip())])
         used.update(_run_module(path) for found in _RUN.findall(source) for path in found if path)
         used.update(module for _, module in _LOADED_BY_CALL.findall(source))
+        used.update(_run_module(path) for path in _NAMED_IN_CODE.findall(source))
+    used.update(_run_module(bound[name]) for name in loaded if name in bound)
     return frozenset(used)
 
 
@@ -1127,6 +1205,9 @@ def _statements(tree, code, cell, written=frozenset()):
 def _statement(node, data, starts, cell, written):
     """_statements' pieces for one statement of a cell: at its top level, or in a `with` body
     (which runs once, as the cell does)."""
+    if isinstance(node, ast.ImportFrom) and node.level and (absolute := _absolute(node, cell, written)):
+        node = ast.copy_location(ast.ImportFrom(module=absolute, names=node.names, level=0), node)
+        node.end_lineno, node.end_col_offset = node.lineno, node.col_offset  # replaced: its text is not read
     if isinstance(node, ast.ImportFrom) and not node.level and node.module in written:
         found, renamed = [], [alias for alias in node.names if alias.asname and alias.asname != alias.name]
         if renamed:  # `from capas import core as f`: f is core, which the cell defined here
@@ -1289,26 +1370,65 @@ def _written_module_import(node, cell, written):
 
 
 def _written_module_loaded(node, cell, written):
-    """`m = importlib.import_module("capas")` (or `__import__("capas")`), `ns =
-    runpy.run_module("capas")` or `runpy.run_path("capas.py")` of a module the notebook writes: as
-    `import capas as m` (_written_module_import), m is this module; ns, the dict of its names that
-    the run_ functions return. None for any other statement."""
+    """A statement loading a module the notebook writes by a call: as `import capas as m`
+    (_written_module_import), its name is bound to this module, or to the dict of its names:
+    - `m = importlib.import_module("capas")`, `__import__("capas")`, `importlib.util.module_from_spec(spec)`
+      (spec: of capas.py): the module;
+    - `ns = runpy.run_path("capas.py")` or `runpy.run_module("capas")`: the dict of its names;
+    - `exec(open("capas.py").read(), ns)` (or through compile()): those names put into ns.
+    The module is given by a string written there (by position or keyword), or by a name bound to
+    one, or to its spec (written.named). None for any other statement."""
+    if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _called(node.value, "exec", 2)
+            and isinstance(node.value.args[1], ast.Name)):
+        paths = [n.args[0] for n in ast.walk(node.value.args[0])
+                 if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "open" and n.args]
+        module = _module_given(paths[0], written, "run_path") if paths else None
+        if module is None:
+            return None
+        target = node.value.args[1].id
+        text = f"{target}.update(vars(__import__(__name__)))".encode()
+        return _Statement(text, 0, len(text), cell, node.lineno, "alias", [target], {module})
     if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Call) and node.value.args and isinstance(node.value.args[0], ast.Constant)
-            and isinstance(node.value.args[0].value, str)):
+            and isinstance(node.value, ast.Call)):
         return None
-    function = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else getattr(node.value.func, "id", "")
-    path = node.value.args[0].value
-    if function == "run_path":
-        module = _run_module(path) if path.endswith(".py") else None
-    else:
-        module = path if function in _LOADERS and not (function == "__import__" and "." in path) else None
-    if module not in written:
+    call = node.value
+    function = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    given = call.args[0] if call.args else next(
+        (k.value for k in call.keywords if k.arg in ("name", "path_name", "mod_name", "spec")), None)
+    module = _module_given(given, written, function) if function in _LOADERS and given is not None else None
+    if module is None or function == "__import__" and "." in module:  # __import__("a.b") gives a
         return None
     name = node.targets[0].id
     this = "__import__(__name__)" if _LOADERS[function] == "module" else "vars(__import__(__name__))"
     text = f"{name} = {this}".encode()
     return _Statement(text, 0, len(text), cell, node.lineno, "alias", [name], {module})
+
+
+def _absolute(node, cell, written):
+    """The module a relative import in a written module's cell names (`from .capas import X` in
+    modelos/__init__.py: modelos.capas), when it is one the notebook writes; else None."""
+    package = getattr(written, "packages", {}).get(cell)
+    if not package:
+        return None
+    parts = package.split(".")
+    if node.level - 1 >= len(parts):
+        return None
+    base = ".".join(parts[:len(parts) - (node.level - 1)])
+    module = f"{base}.{node.module}" if node.module else base
+    return module if module in written or any(f"{module}.{a.name}" in written for a in node.names) else None
+
+
+def _module_given(argument, written, function):
+    """The written module a loader's argument names: a string (a file for run_path and open, a
+    module name otherwise), or a name the notebook binds to one (written.named); else None."""
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        value = argument.value
+        module = _run_module(value) if function == "run_path" else value if not value.endswith(".py") else None
+    elif isinstance(argument, ast.Name):
+        module = getattr(written, "named", {}).get(argument.id)
+    else:
+        module = None
+    return module if module in written else None
 
 
 def _written_package(package, written):
@@ -1498,14 +1618,25 @@ def _registering(statements):
                for group in defined.values() for s in group):
         return
     objects = {name for s in statements if s.kind == "statement" for name in s.binds}
+    lambdas = {}  # name -> the statements binding it to a lambda (`registrar = lambda n: ...`)
+    for statement in statements:
+        if statement.kind == "statement" and _LAMBDA_BOUND.match(statement.text):
+            lambdas.setdefault(_LAMBDA_BOUND.match(statement.text)[1], []).append(statement)
     called, hooked = {}, {}
 
-    def changed_by_calling(name):  # what calling the notebook's function `name` changes
+    def changed_by_calling(name):  # what calling the notebook's function `name` (a def, or a lambda bound to it) changes
         if name not in called:
             called[name] = set()
             for statement in defined.get(name, ()):
                 node = definition(statement)
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    called[name] |= _globals_changed(node)
+            for statement in lambdas.get(name, ()):
+                try:
+                    node = ast.parse(statement.text).body[0].value
+                except (SyntaxError, ValueError, MemoryError, RecursionError, IndexError, AttributeError):
+                    continue
+                if isinstance(node, ast.Lambda):
                     called[name] |= _globals_changed(node)
         return called[name]
 
@@ -1546,6 +1677,10 @@ def _registering(statements):
             changes -= set(statement.binds)
             if changes:
                 statement.binds = [*statement.binds, *sorted(changes)]
+
+
+# `name = lambda ...` at the top of a statement: a function of the notebook as much as a def
+_LAMBDA_BOUND = re.compile(r"([A-Za-z_]\w*)[ \t]*=[ \t]*lambda\b")
 
 
 def _class_hooks(node, subclassing, metaclass, own=True):

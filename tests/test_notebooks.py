@@ -747,6 +747,14 @@ def test_a_written_module_is_kept_only_where_the_notebook_imports_or_runs_it(mag
     ("import runpy\nns = runpy.run_path('capas.py')", "ns['SelfAttention']"),
     ("from runpy import run_module\nns = run_module('capas')", "ns['SelfAttention']"),
     ("%run capas", "SelfAttention"), ("%run -m capas", "SelfAttention"), ("%run 'capas.py'", "SelfAttention"),
+    ("import importlib.util\nspec = importlib.util.spec_from_file_location('capas', 'capas.py')\n"
+     "m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)", "m.SelfAttention"),
+    ("import runpy\nns = runpy.run_path(path_name='capas.py')", "ns['SelfAttention']"),
+    ("MODULO = 'capas'\nimport importlib\nm = importlib.import_module(MODULO)", "m.SelfAttention"),
+    ("ns = {}\nexec(open('capas.py').read(), ns)", "ns['SelfAttention']"),
+    ("ns = {}\nexec(compile(open('capas.py').read(), 'capas.py', 'exec'), ns)", "ns['SelfAttention']"),
+    ("exec(compile(open('capas.py').read(), 'capas.py', 'exec'))", "SelfAttention"),
+    ("with open('capas.py') as f:\n    exec(f.read())", "SelfAttention"),
 ])
 def test_a_written_module_loaded_by_a_call_or_run_by_its_name_is_the_notebooks_code(loads, reads, monkeypatch):
     """A %%writefile module loaded by importlib.import_module, __import__ or runpy, or `%run`
@@ -770,6 +778,8 @@ def test_a_written_module_loaded_by_a_call_or_run_by_its_name_is_the_notebooks_c
      "class Intermedia(Base):\n    pass", "class _SA(Intermedia):\n    origen = 'registro'", "Base.registro['_SA']"),
     ("TODAS = []\nclass Meta(type):\n    def __init__(cls, nombre, bases, espacio):\n        super().__init__(nombre, bases, espacio)\n"
      "        TODAS.append(cls)", "class _SA(metaclass=Meta):\n    origen = 'registro'", "TODAS[-1]"),
+    ("REGISTRO = {}\nregistrar = lambda nombre: (lambda clase: REGISTRO.setdefault(nombre, clase))",
+     "@registrar('SelfAttention')\nclass _SA:\n    origen = 'registro'", "REGISTRO['SelfAttention']"),
     ("class Registro(dict):\n    def add(self, clase):\n        self[clase.__name__] = clase\n        return clase\n"
      "registro = Registro()", "@registro.add\nclass _SA:\n    origen = 'registro'", "registro['_SA']"),
 ])
@@ -811,6 +821,25 @@ def test_methods_attached_in_a_loop_over_zipped_lists_are_kept(monkeypatch):
 
 def test_a_loop_that_does_more_than_set_attributes_is_still_dropped():
     assert names(kept(CLASS, "for cls in (SelfAttention,):\n    if True:\n        entrenar(cls)")) == ["SelfAttention"]
+
+
+@pytest.mark.parametrize("imported", ["from modelos import *", "import modelos\nSelfAttention = modelos.SelfAttention"])
+def test_a_package_written_with_writefile_and_its_relative_imports_are_the_notebooks_code(imported, monkeypatch):
+    """modelos/__init__.py, modelos/capas.py and modelos/base.py written with %%writefile, with
+    relative imports between them, then the package imported: its classes were not found (0/48
+    for an outside writer's correct notebook, with absolute imports too)."""
+    module = types.ModuleType("cuaderno")
+    monkeypatch.setitem(sys.modules, "cuaderno", module)
+    exec(code_of(kept("%%writefile modelos/base.py\ndef doble(x):\n    return 2 * x",
+                      "%%writefile modelos/capas.py\nfrom .base import doble\n\nclass SelfAttention:\n    origen = doble(21)",
+                      "%%writefile modelos/__init__.py\nfrom .capas import SelfAttention\n__all__ = ['SelfAttention']",
+                      "%%writefile modelos/viejo.py\nclass SelfAttention:\n    origen = 'viejo'", imported)), module.__dict__)
+    assert module.SelfAttention.origen == 42
+
+
+def test_a_module_named_only_in_a_sentence_is_still_written_only():
+    assert names(kept("%%writefile capas_arregladas.py\nclass SelfAttention:\n    origen = 'archivo'",
+                      "print('guardé las capas en capas_arregladas.py')", CLASS)) == ["SelfAttention"]
 
 
 def test_a_decorator_of_the_notebooks_that_changes_nothing_keeps_nothing_more():
