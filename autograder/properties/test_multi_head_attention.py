@@ -305,7 +305,7 @@ def test_reference_match(worker, dims, scales):
     # the second inputs under torch.inference_mode() (a validation pass), then a batch of sizes in
     # between (harness.MID_TIMES) with a mask, before the parameters change
     between = mid_dims(rng, dims, "Tq", "Tk")
-    calls += [(calls[1][0], {"inference": True}),
+    calls += [(calls[1][0], {"inference": True, "mask": mask}),
               (cross_inputs(rng, between), {"mask": random_mask(rng, between["B"], between["Tq"], between["Tk"])}),
               (calls[0][0], {"reload": reload, "in_place": True}), (calls[0][0], {"reload": {**reload, "step": True}})]
     # right after the masked call, another mask of the same shape and dtype written into its tensor:
@@ -696,7 +696,10 @@ def test_large_inputs(worker, dims, turn):
     # what fails there already (a mask read the other way, a softmax over the wrong axis) is
     # masked_zero's or rows_sum_to_one's mistake, not a matter of magnitude.
     args, masks = cross_inputs(rng, dims, scale=1e3), masks_of_every_dtype(rng, mask_shapes(dims), turn)
-    calls = [(args, {}), *((cross_inputs(rng, dims, scale=1e3), {"mask": mask}) for mask in masks)]
+    # every other masked call with autograd on (as in training, backward after it): a fill chosen
+    # by whether gradients are on must keep masked weights at 0 as well
+    calls = [(args, {}), *((cross_inputs(rng, dims, scale=1e3), {"mask": mask, **({"grad": True} if i % 2 else {})})
+                           for i, mask in enumerate(masks))]
     B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
     def shrunk(call):
         return tuple((t / np.float32(1e3)).astype(np.float32) for t in call[0]), call[1]

@@ -350,7 +350,10 @@ def test_large_inputs(worker, dims, turn):
     # (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
     # rows_sum_to_one's mistake, not a matter of magnitude.
     masks = masks_of_every_dtype(rng, mask_shapes(dims), turn)
-    calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask}) for mask in masks)]
+    # every other masked call with autograd on (as in training, backward after it): a fill chosen
+    # by whether gradients are on must keep masked weights at 0 as well
+    calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask, **({"grad": True} if i % 2 else {})})
+                           for i, mask in enumerate(masks))]
     B, T = dims["B"], dims["T"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
     replies, kept = runs_skipping(module, calls, range(1, len(calls)), [(B, T, d_k_of(dims)), (B, T, T)],
                                   below=lambda call: ((shrunk(call[0][0]),), call[1]))
