@@ -626,8 +626,10 @@ def test_train_dropout(worker, dims, seed, p):
             if layers[name] != fields["dropout"]:
                 # given the default by name, do the layers hold it? Else the module changes it
                 # (`nn.Dropout(cfg.dropout or 0.1)`), not the Cfg's default
+                at_fault = call_at_fault()
                 replaced = layers_not_holding(another(worker, dims, fields["dropout"]), fields["dropout"])
                 require(not replaced, "dropout_p_not_kept", p=fields["dropout"], layers=replaced)
+                calling(at_fault)  # the failure below is the build by Cfg(n_embd, n_head)'s
             require(layers[name] == fields["dropout"], "cfg_default_not_the_statements", field="dropout",
                     default=fields["dropout"], got=layers[name], call="Cfg(n_embd, n_head)")
     if clean:
@@ -651,9 +653,11 @@ def cfg_by_position(default, sizes):
         if built.config_not_kept:
             # by name too? Then the fields are not kept at all (a __post_init__ that rounds dropout),
             # whatever their order: said as such, not as an order to fix
+            by_position = call_at_fault()
             named = Remote(default.worker, CLS, **given)
             named.build()
             require(not named.config_not_kept, "cfg_fields_not_kept", names=named.config_not_kept)
+            calling(by_position)  # the failure below is the build by position's
         call = f"Cfg({', '.join(repr(v) for v in given.values())})"
         require(not built.config_not_kept, "cfg_fields_out_of_order", call=call,
                 given=", ".join(f"{k}={v!r}" for k, v in given.items()))
