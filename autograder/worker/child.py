@@ -619,18 +619,21 @@ class Worker:
         return type(tensor) is not self.torch.Tensor or (version is not None and self._version_of(tensor) != version)
 
     def _layout(self, tensor):
-        """(requires_grad, (memory address, strides, offset)) of a plain tensor."""
+        """(requires_grad, memory address, shape, strides, offset) of a plain tensor."""
         base = self.torch._C.TensorBase
         with self.torch._C.DisableTorchFunctionSubclass():
-            return (base.requires_grad.__get__(tensor),
-                    (base.data_ptr(tensor), tuple(base.stride(tensor)), base.storage_offset(tensor)))
+            return (base.requires_grad.__get__(tensor), base.data_ptr(tensor), tuple(tensor.shape),
+                    tuple(base.stride(tensor)), base.storage_offset(tensor))
 
     def _relaid(self, given, layouts):
-        """{"requires_grad_changed": names, "rebound": names} of the inputs whose requires_grad, or
-        memory (address, strides, offset), the call changed; each key only where some did."""
+        """{"requires_grad_changed": names, "rebound": names}: the inputs whose requires_grad the
+        call changed, and those it gave other memory (another address; or, in the same shape,
+        other strides or offset: a change of shape, unsqueeze_, is "modified"'s); each key only
+        where some are."""
         now = {name: self._layout(given[name]) for name in layouts if type(given[name]) is self.torch.Tensor}
-        found = {key: sorted(name for name, layout in now.items() if layout[part] != layouts[name][part])
-                 for part, key in enumerate(("requires_grad_changed", "rebound"))}
+        found = {"requires_grad_changed": sorted(name for name, layout in now.items() if layout[0] != layouts[name][0]),
+                 "rebound": sorted(name for name, layout in now.items() if layout[1] != layouts[name][1] or (
+                     layout[2] == layouts[name][2] and layout[3:] != layouts[name][3:]))}
         return {key: names for key, names in found.items() if names}
 
     def _version_of(self, tensor):
