@@ -568,6 +568,19 @@ def runs_until_failure(module, *calls):
         return None, (index - offset, error)
 
 
+def unless_autograd_is_off(run, calls):
+    """(run(calls), calls), or, where the submission turned autograd off for good (a build that
+    calls torch.set_grad_enabled(False): `gradients`' to name), (run(calls without "grad"), those
+    calls): for a property that asks for autograd only to vary how its calls run."""
+    try:
+        return run(calls), calls
+    except SubmissionError as error:
+        if error.kind != "grad_disabled":
+            raise
+    calls = [(args, {key: value for key, value in options.items() if key != "grad"}) for args, options in calls]
+    return run(calls), calls
+
+
 def runs_skipping(module, calls, skippable, shapes=(), below=None):
     """module.runs(*calls) without the calls, among those whose index is in `skippable`, that the
     submission raised on or answered with outputs of other shapes than `shapes` (a mask form it

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import FARTHEST_SELF_ATTENTION, LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -355,8 +355,9 @@ def test_large_inputs(worker, dims, turn):
     calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask, **({"grad": True} if i % 2 else {})})
                            for i, mask in enumerate(masks))]
     B, T = dims["B"], dims["T"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
-    replies, kept = runs_skipping(module, calls, range(1, len(calls)), [(B, T, d_k_of(dims)), (B, T, T)],
-                                  below=lambda call: ((shrunk(call[0][0]),), call[1]))
+    (replies, kept), calls = unless_autograd_is_off(lambda calls: runs_skipping(
+        module, calls, range(1, len(calls)), [(B, T, d_k_of(dims)), (B, T, T)],
+        below=lambda call: ((shrunk(call[0][0]),), call[1])), calls)
     calls, masks = [calls[i] for i in kept], [masks[i - 1] for i in kept[1:]]
     small = [((shrunk(big),), options) for (big,), options in calls]
     large = [outputs(reply, dims) for reply in replies]
