@@ -1042,7 +1042,7 @@ def _written_module(magic_line, used):
 # `from m import ...` (also indented, in an if or try), `%run m.py` / `%run -i m.py` / `%run m`
 # (IPython adds .py to a name that is no file; `%run -m m` runs it by module name),
 # exec(open("m.py").read()), runpy.run_path("m.py"), and the calls that import or run a module by
-# a literal name (_LOADED_BY_CALL).
+# a literal name (_NAMED_IN_CODE).
 _IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)"
                        r"|from[ \t]+([\w.]+)[ \t]+import\b[ \t(]*([\w \t,]*))", re.MULTILINE)
 # A file name holds no parenthesis and is at most 255 bytes: bounded, the pattern reads each
@@ -1050,9 +1050,8 @@ _IMPORTED = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[
 # took hours, before any limit of the worker applied).
 _RUN = re.compile(r"""^[ \t]*%run(?:[ \t]+-\w+)*[ \t]+['"]?([^'"\s()]{1,255}?)(?:\.py)?(?=['"\s]|$)"""
                   r"""|\b(?:exec\(\s*open|run_path)\(\s*['"]?([^'"\s()]{1,255})\.py\b""", re.MULTILINE)
-# importlib.import_module("m"), __import__("m"), runpy.run_module("m"): by what they return, the
-# module itself or (the run_ functions) a dict of its names
-_LOADED_BY_CALL = re.compile(r"""\b(import_module|__import__|run_module)\(\s*['"]([\w.]{1,255})['"]""")
+# importlib.import_module("m"), __import__("m"), runpy.run_module("m")...: by what they return, the
+# module itself or (the run_ functions) a dict of its names (_written_module_loaded)
 _LOADERS = {"import_module": "module", "__import__": "module", "module_from_spec": "module",
             "run_module": "names", "run_path": "names"}
 # A module's file or name written as an argument (`spec_from_file_location("m", "m.py")`,
@@ -1129,7 +1128,6 @@ def _modules_used(sources):
             if origin:  # `from modelos import atencion` may import the module modelos/atencion.py
                 used.update([origin, *(f"{origin}.{part.split()[0]}" for part in taken.split(",") if part.strip())])
         used.update(_run_module(path) for found in _RUN.findall(source) for path in found if path)
-        used.update(module for _, module in _LOADED_BY_CALL.findall(source))
         used.update(_run_module(path) for path in _NAMED_IN_CODE.findall(source))
     used.update(_run_module(bound[name]) for name in loaded if name in bound)
     return frozenset(used)
