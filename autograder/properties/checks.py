@@ -1007,6 +1007,21 @@ def dropout_not_tied_to_autograd(module, call, evaluated, **params):
     require(not moved, "dropout_depends_on_grad_mode", **params)
 
 
+def dropout_kept_under_inference_mode(module, call, judge, **params):
+    """Called where a train-mode call, made under torch.no_grad() as train_dropout's are, dropped
+    as it should: the same call under torch.inference_mode() (a validation pass left in train(),
+    Monte Carlo dropout) must pass the caller's checks of it too (`judge`, given the reply), since
+    dropout follows self.training, never the grad mode (dropout_off_under_inference_mode: one that
+    skips all or part of it there, through torch.is_inference_mode_enabled(), say). Costs an
+    exchange."""
+    args, options = call
+    reply = module.run(*args, **options, inference=True)
+    try:
+        judge(reply)
+    except PropertyFailure:
+        raise PropertyFailure("dropout_off_under_inference_mode", **params) from None
+
+
 def dropout_rate(dropped, total, p, what):
     """`dropped` of `total` independent Bernoulli(p) draws must be within RATE_SIGMAS standard
     deviations (+1) of total·p. For total >= 2048 and p in strategies.dropout_rates, the exact

@@ -493,6 +493,10 @@ def test_train_dropout(worker, dims, seed, p):
             if "proj.bias" in module.params:
                 checks.first_token_not_shared(first, p)
                 checks.first_token_dropout_rate(np.concatenate([first, second]), dims["n_head"], p)
+            checks.dropout_kept_under_inference_mode(
+                module, ((x,), {"fused": fused, "train": True, "seed": seed}),
+                lambda reply: checks.causal_dropout(module.params, dims["n_head"], x.astype(np.float64), p,
+                                                    output(reply, dims), path), p=p, path=path)
         else:
             # A bug outside dropout (reference_match's, fused_equivalence's, NaN rows from a mask read
             # the other way or a future seen in train mode: causality's): judge only what does not

@@ -503,6 +503,15 @@ def test_train_dropout(worker, dims, seed, p):
             raise
         checks.dropout_redrawn(train_weights, redrawn, p, "weights")
         checks.dropout_follows_seed(train_weights, reseeded, p, "weights", call=replies[4].call)
+
+        def dropped_as_under_no_grad(reply):
+            output, weights = outputs(reply, dims)
+            checks.dropout_on_weights(weights, eval_weights, p)
+            require(not output_from_weights or np.allclose(output, reference.multi_head_output_from_weights(
+                module.params, dims["h"], value, weights), atol=1e-5, rtol=1e-4), "returned_weights_before_dropout", p=p)
+
+        checks.dropout_kept_under_inference_mode(module, (args, {"train": True, "seed": seed}),
+                                                 dropped_as_under_no_grad, p=p)
         checks.train_draw_unchanged_by_another_instance(lambda: loaded(worker, dims, dropout=p)[0],
                                                         [(args, {"train": True, "seed": seed})],
                                                         lambda reply: outputs(reply, dims)[1],
