@@ -262,7 +262,7 @@ def _call_does_not_fit(params):
 # Switches of a failing call said in words after it ("en modo entrenamiento"), and those not shown:
 # the seed of dropout's randomness tells a student nothing they can use, and the gradient fed to
 # backward is the grader's instrument ("seguida de backward" says enough).
-CALL_MODES = ("train", "grad", "noncontiguous", "in_place", "inference", "device")
+CALL_MODES = ("train", "grad", "noncontiguous", "in_place", "inference", "copied", "device")
 CALL_HIDDEN = ("method", "seed", "manual_seed", "trace", "upstream", "input_grads", "backward_from")
 
 
@@ -332,6 +332,8 @@ def _call(call, cls, labels):
         modes.append(labels["call_in_place"])
     if call.get("inference"):
         modes.append(labels["call_inference"])
+    if call.get("copied"):
+        modes.append(labels["call_copied"])
     if call.get("device") not in (None, "cpu"):
         modes.append(labels["call_device"].format(device=call["device"]))
     return f"{shown} {', '.join(modes)}" if modes else shown

@@ -1656,8 +1656,12 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
     its failure there); then None. Other errors
     on meta (a tensor made on the CPU, .cpu(), .numpy(): torch names the devices) fail as before.
     fresh: the same call on a module never called (attempt's has run on the CPU first, see
-    ran_once_on_cpu); made only after a device error, which it turns into device_kept_from_call
-    when the never-called module runs: forward kept a tensor in self that .to() does not move.
+    ran_once_on_cpu), fresh(device, moved_for_good=True) on that module moved there itself; made
+    only after a device error, which it turns into device_kept_from_call when the never-called
+    module runs (forward kept a tensor in self that .to() does not move), and leaves to the CPU run
+    when only the module moved itself runs: the call runs on a copy (copy.deepcopy(module).to(device)),
+    and a copy that still reaches the original's layers (a closure over them) is reference_match's
+    copy_computes_with_the_original, not a device bug.
     """
     from ..worker.submission_errors import SubmissionError
     from .harness import call_failure
@@ -1677,6 +1681,9 @@ def runs_on_device(attempt, device, expected_shapes, fallbacks=(), cpu_failure_i
                 raise
             if device_error(exc.message, device):
                 kept = fresh is not None and second_opinion(lambda: attempted(lambda: fresh(device))[1] is None)
+                if not kept and fresh is not None and second_opinion(
+                        lambda: attempted(lambda: fresh(device, moved_for_good=True))[1] is None):
+                    return None  # the copy's mistake (it reaches the original's layers): reference_match's
                 raise call_failure(exc, "device_kept_from_call" if kept else "wrong_device", device=device) from None
             return None
 

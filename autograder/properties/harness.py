@@ -304,7 +304,7 @@ class Remote:
 def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trace=(),
           device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None, rolled=(),
           in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False, float64=False,
-          **kwargs):
+          copied=False, **kwargs):
     """A call request: run `method` of module `handle` with these inputs and switches.
 
     noncontiguous: the worker passes every array as a non-contiguous tensor with the same values.
@@ -318,16 +318,28 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
     parameters.direction(seed), then put back; backward_from (with grad): the output backward runs
     from (1: the weights a forward returns); moved_for_good (with a device): the module itself
     moves there for good, not a copy; inference (without grad): the call runs under
-    torch.inference_mode(); float64: on a copy of the module in double (send float64 inputs)."""
+    torch.inference_mode(); float64: on a copy of the module in double (send float64 inputs);
+    copied: on copy.deepcopy of the module, to which `reload` then gives new parameters alone."""
     unknown = (set(trace) | set(rolled)) - set(EXERCISE.traced)
     if unknown:
         raise ValueError(f"exercise.yml's traced does not declare {sorted(unknown)}")
+    if copied and perturb is not None:
+        raise ValueError("perturb moves the module's own parameters, not a copy's")
     return {"handle": handle, "method": method, "args": list(args), "kwargs": kwargs, "train": train,
             "seed": seed, "grad": grad, "trace": list(trace), "device": device,
             "noncontiguous": noncontiguous, "upstream": upstream, "input_grads": list(input_grads),
             "reload": reload, "rolled": list(rolled), "in_place": in_place, "perturb": perturb,
             "backward_from": backward_from, "moved_for_good": moved_for_good, "inference": inference,
-            "float64": float64}
+            "float64": float64, "copied": copied}
+
+
+def copy_calls(args, reload):
+    """The last two calls of reference_match: on copy.deepcopy of the module, given new parameters
+    (`reload`, Remote.reloading's) alone, then on the module itself again, which keeps its own.
+    A copy computes with its own layers (nn.TransformerEncoder clones its layers so, then trains
+    each on its own): not with the original's, through a lambda kept in self that reaches them, nor
+    may the copy's new values reach the original."""
+    return [(args, {"copied": True, "reload": reload}), (args, {})]
 
 
 # Names of the contract methods' positional arguments, for describing a call ("x", "mask" otherwise).

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
-from .harness import (unless_autograd_is_off, BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
+from .harness import (unless_autograd_is_off, BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, copy_calls, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
                       runs_until_failure)
 from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -223,6 +223,7 @@ def test_reference_match(worker, dims, short, scales):
     first, second, third = scales
     xs = [inputs(rng, {**dims, "T": T}, scale) for T, scale in zip(lengths, scales)]
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    copy_reload, copy_changed = module.reloading(int(rng.integers(2 ** 31)))
     # in_place: the input written into the tensor of the call before (a cache keyed on a tensor's
     # identity or address sees other values, or the same after the parameters changed)
     # a batch of sizes in between (harness.MID_TIMES) after the long call (longer after shorter is
@@ -231,14 +232,15 @@ def test_reference_match(worker, dims, short, scales):
     between = mid_dims(rng, dims, "T")
     calls = [((xs[0],), {}), ((inputs(rng, between),), {}), ((xs[1],), {}), ((xs[2],), {"in_place": True}),
              ((xs[1],), {}), ((xs[1],), {"inference": True}),
-             ((xs[1],), {"reload": reload, "in_place": True}), ((xs[1],), {"reload": {**reload, "step": True}})]
-    magnitudes = [first, 1.0, second, third, second, second, second, second]
-    shapes = [{**dims, "T": dims["block_size"]}, between, *({**dims, "T": short} for _ in range(6))]
+             ((xs[1],), {"reload": reload, "in_place": True}), ((xs[1],), {"reload": {**reload, "step": True}}),
+             *copy_calls((xs[2],), copy_reload)]
+    magnitudes = [first, 1.0, second, third, second, second, second, second, third, third]
+    shapes = [{**dims, "T": dims["block_size"]}, between, *({**dims, "T": short} for _ in range(8))]
+    params = [module.params] * 6 + [changed, changed, copy_changed, changed]
 
     def wanted(i):
         (x,), options = calls[i]
-        out, bound = reference.causal_self_attention_bounded(changed if "reload" in options else module.params,
-                                                             dims["n_head"], x.astype(np.float64))
+        out, bound = reference.causal_self_attention_bounded(params[i], dims["n_head"], x.astype(np.float64))
         return [(out, bound, magnitudes[i], "output")]
 
     heads = dims["n_head"] % 4 + 1  # another head count, head size and block_size
@@ -247,7 +249,8 @@ def test_reference_match(worker, dims, short, scales):
                                   {0: ("causal_reference_mismatch_long", {"positions": dims["block_size"]}, {1}),
                                    1: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
                                    5: ("inference_mode_changes_output", {}),
-                                   7: ("reference_mismatch_after_step", {})},
+                                   7: ("reference_mismatch_after_step", {}),
+                                   8: ("copy_computes_with_the_original", {}), 9: ("original_changed_by_its_copy", {})},
                                   another=lambda: another_configuration(worker, {
                                       **dims, "n_head": heads, "block_size": dims["block_size"] + 1,
                                       "n_embd": heads * (dims["n_embd"] // dims["n_head"] + 1)}))
@@ -942,8 +945,8 @@ def test_device(worker, dims, fused):
     checks.ran_once_on_cpu(lambda: module.runs(((x,), {}), ((x,), {"fused": True})))  # both paths' leftovers
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=train), "meta", shapes,
-                              cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(x, fused=fused, device=device, train=train))
+                              cpu_failure_is_mine=not train, fresh=lambda device, **moved: loaded(worker, dims, dropout=0.2)[0]
+                              .run(x, fused=fused, device=device, train=train, **moved))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(x, fused=fused, device=device), "cuda", shapes)

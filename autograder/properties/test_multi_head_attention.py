@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
-from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, copy_calls, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
 from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -285,6 +285,7 @@ def test_reference_match(worker, dims, scales):
     calls = [(cross_inputs(rng, dims, first), {}), (cross_inputs(rng, dims, second), {"in_place": True}),
              (cross_inputs(rng, dims, third), {"mask": mask})]
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    copy_reload, copy_changed = module.reloading(int(rng.integers(2 ** 31)))
     long_dims = {**dims, "B": 1, "Tq": long_time(rng), "Tk": long_time(rng)}  # B=1: weights under wire's frame cap
     example(**dims, dropout=0.2, scales=list(scales), Tq2=long_dims["Tq"], Tk2=long_dims["Tk"])
     padded = cross_inputs(rng, long_dims)
@@ -313,15 +314,16 @@ def test_reference_match(worker, dims, scales):
     # tensor's address, applies the old one (drawn last: the draws above stay as they were)
     calls.insert(3, (calls[2][0], {"mask": closing_one(random_mask(rng, dims["B"], dims["Tq"], dims["Tk"])),
                                    "in_place": True}))
-    magnitudes = [first, second, third, third, 1.0, 1.0, 1.0, first, second, 1.0, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, one_query, self_dims, dims, dims, between, dims, dims]
+    calls += copy_calls(calls[1][0], copy_reload)
+    magnitudes = [first, second, third, third, 1.0, 1.0, 1.0, first, second, 1.0, first, first, second, second]
+    shapes = [dims, dims, dims, dims, long_dims, one_query, self_dims, dims, dims, between, dims, dims, dims, dims]
+    params = [module.params] * 10 + [changed, changed, copy_changed, changed]
 
     def expected(i):
         args, options = calls[i]
         given = args or tuple(options[name] for name in ("query", "key", "value"))  # the call by keyword
         out, weights, e_out, e_weights = reference.multi_head_attention_bounded(
-            changed if "reload" in options else module.params, dims["h"], *(t.astype(np.float64) for t in given),
-            options.get("mask"))
+            params[i], dims["h"], *(t.astype(np.float64) for t in given), options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
     heads = dims["h"] % 4 + 1  # another head count and head size
@@ -330,7 +332,8 @@ def test_reference_match(worker, dims, scales):
                                   {4: ("reference_mismatch_long", {"positions": long_dims["Tk"]}, {9}),
                                    8: ("inference_mode_changes_output", {}),
                                    9: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["Tk"]}),
-                                   11: ("reference_mismatch_after_step", {})},
+                                   11: ("reference_mismatch_after_step", {}),
+                                   12: ("copy_computes_with_the_original", {}), 13: ("original_changed_by_its_copy", {})},
                                   lambda: another_configuration(worker, {**dims, "h": heads,
                                                            "d_model": heads * (dims["d_model"] // dims["h"] + 1)}))
 
@@ -759,8 +762,8 @@ def test_device(worker, dims):
     for train in (False, True):  # in train mode, a call that fails on the CPU too is train_dropout's
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=train), "meta", shapes,
                               fallbacks=[lambda device: module.run(*args, device=device, train=train)],
-                              cpu_failure_is_mine=not train, fresh=lambda device: loaded(worker, dims, dropout=0.2)[0]
-                              .run(*args, mask=mask, device=device, train=train))
+                              cpu_failure_is_mine=not train, fresh=lambda device, **moved: loaded(worker, dims, dropout=0.2)[0]
+                              .run(*args, mask=mask, device=device, train=train, **moved))
     if worker.sees_cuda(CLS):
         checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device, train=True), "cuda", shapes)
         reply = checks.runs_on_device(lambda device: module.run(*args, mask=mask, device=device), "cuda", shapes)

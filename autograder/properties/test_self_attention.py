@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, copy_calls, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, square_batch_then_no_mask)
 from .strategies import FARTHEST_SELF_ATTENTION, LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -213,6 +213,7 @@ def test_reference_match(worker, dims, scales):
     xs = [inputs(rng, dims, first), inputs(rng, dims, second), inputs(rng, dims, third)]
     mask = closing_one(random_mask(rng, B, T, T))  # the short calls try the mask too
     reload, changed = module.reloading(int(rng.integers(2 ** 31)))
+    copy_reload, copy_changed = module.reloading(int(rng.integers(2 ** 31)))
     long_dims = {**dims, "B": 1, "T": long_time(rng)}  # B=1: weights under wire's frame cap
     example(**dims, scales=list(scales), T2=long_dims["T"])
     padded = inputs(rng, long_dims)
@@ -234,14 +235,16 @@ def test_reference_match(worker, dims, scales):
              ((padded,), {"mask": long_mask}), ((wide[0],), {"mask": wide[1]}), ((xs[0],), {}),
              ((xs[2],), {"mask": mask, "train": True}), ((xs[2],), {"mask": other, "in_place": True}),
              ((xs[1],), {"inference": True}), ((middle[0],), {"mask": middle[1]}),
-             ((xs[0],), {"reload": reload, "in_place": True}), ((xs[0],), {"reload": {**reload, "step": True}})]
-    magnitudes = [first, first, second, third, 1.0, 1.0, first, third, third, second, 1.0, first, first]
-    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims, dims, between, dims, dims]
+             ((xs[0],), {"reload": reload, "in_place": True}), ((xs[0],), {"reload": {**reload, "step": True}}),
+             *copy_calls((xs[1],), copy_reload)]
+    magnitudes = [first, first, second, third, 1.0, 1.0, first, third, third, second, 1.0, first, first, second, second]
+    shapes = [dims, dims, dims, dims, long_dims, wide_dims, dims, dims, dims, dims, between, dims, dims, dims, dims]
+    params = [module.params] * 11 + [changed, changed, copy_changed, changed]
 
     def expected(i):
         (x,), options = calls[i]
         out, weights, e_out, e_weights = reference.self_attention_bounded(
-            changed if "reload" in options else module.params, x.astype(np.float64), options.get("mask"))
+            params[i], x.astype(np.float64), options.get("mask"))
         return [(out, e_out, magnitudes[i], "output"), (weights, e_weights, 1.0, "weights")]
 
     checks.reference_across_calls(module, calls, lambda i, reply: outputs(reply, shapes[i]), expected,
@@ -250,7 +253,8 @@ def test_reference_match(worker, dims, scales):
                                    4: ("reference_mismatch_long", {"positions": long_dims["T"]}, {10}),
                                    9: ("inference_mode_changes_output", {}),
                                    10: ("reference_mismatch_mid", {"batch": between["B"], "positions": between["T"]}),
-                                   12: ("reference_mismatch_after_step", {})},
+                                   12: ("reference_mismatch_after_step", {}),
+                                   13: ("copy_computes_with_the_original", {}), 14: ("original_changed_by_its_copy", {})},
                                   lambda: another_configuration(worker, {**dims, "d_model": dims["d_model"] + 1, "d_k": d_k_of(dims) + 1}))
 
 
@@ -402,7 +406,7 @@ def test_device(worker, dims):
     checks.ran_once_on_cpu(lambda: module.run(x, mask=mask))
     checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "meta", shapes,
                           fallbacks=[lambda device: module.run(x, device=device)],
-                          fresh=lambda device: loaded(worker, dims)[0].run(x, mask=mask, device=device))
+                          fresh=lambda device, **moved: loaded(worker, dims)[0].run(x, mask=mask, device=device, **moved))
     if worker.sees_cuda(CLS):
         reply = checks.runs_on_device(lambda device: module.run(x, mask=mask, device=device), "cuda", shapes)
         expect_close(outputs(reply, dims)[0], reference.self_attention(module.params, x.astype(np.float64), mask)[0],

@@ -443,7 +443,7 @@ class Worker:
     def op_call(self, handle, method, args=(), kwargs=None, train=False, seed=0, grad=False,
                 trace=(), device="cpu", noncontiguous=False, upstream=None, input_grads=(), reload=None,
                 rolled=(), in_place=False, perturb=None, backward_from=0, moved_for_good=False, inference=False,
-                float64=False):
+                float64=False, copied=False):
         """Run `method` of module `handle` on the arrays sent (as tensors of the same dtype).
 
         noncontiguous: each array input arrives as a non-contiguous tensor with the same values
@@ -468,9 +468,13 @@ class Worker:
         (what is keyed by the module's identity, an lru_cache on a method, stays valid).
         inference (without grad): under torch.inference_mode(), as a validation pass runs. float64:
         on a copy of the module in double (the grader sends float64 inputs), where rounding is
-        ~1e-16: a gradient that float32 leaves at noise is told from none."""
+        ~1e-16: a gradient that float32 leaves at noise is told from none. copied (not with perturb):
+        on copy.deepcopy(module), made before `reload`, which then gives the copy alone its new
+        parameters, as nn.TransformerEncoder clones a layer and trains each clone on its own."""
         torch = self.torch
         module = self.instances[handle]
+        if copied:
+            module = copy.deepcopy(module)
         if reload is not None:
             self._load(handle, module, reload)
         if perturb is not None:
