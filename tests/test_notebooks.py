@@ -1315,3 +1315,21 @@ def test_a_helper_reached_through_a_written_module_attaches_too(monkeypatch):
     monkeypatch.setitem(sys.modules, "graded", graded)
     exec(compile(source, "graded", "exec"), graded.__dict__)
     assert graded.SelfAttention.forward.__name__ == "forward", source
+
+
+def test_a_class_the_notebooks_kept_code_lacks_is_said_of_the_notebook(graded_run, tmp_path, solution_path):
+    """A notebook that writes its module by other means than %%writefile (Path.write_text, !cp) and
+    imports it: the grader cannot see the classes. The message says what of a notebook runs and
+    how to make the module seen, not "your file does not define the class" (said of a .py)."""
+    path = tmp_path / "escrito_a_mano.ipynb"
+    path.write_text(notebook(f"CODE = {solution_path.read_text()!r}",
+                             "from pathlib import Path\nPath('impl.py').write_text(CODE)",
+                             "from impl import *"), encoding="utf-8")
+    run = graded_run(path)
+    assert run.graded.score[0] == 0
+    assert {o.code for o in run.graded.outcomes} == {"submission.missing_class_in_notebook"}
+    top = run.results["output"].split("\n")
+    assert top[0].startswith("Tu notebook no define la clase SelfAttention en el código que el corrector ejecuta")
+    assert "%%writefile" in top[0] and "Path.write_text" in top[0]
+    english = feedback.message(run.graded.outcomes[0], "en")
+    assert english.startswith("Your notebook does not define the class")

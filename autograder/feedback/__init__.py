@@ -346,7 +346,7 @@ def _whole_submission(code):
 
 
 # Codes that, in every test of a class, mean the class is not written yet (the handout's stub).
-UNWRITTEN = ("submission.not_implemented", "submission.missing_class")
+UNWRITTEN = ("submission.not_implemented", "submission.missing_class", "submission.missing_class_in_notebook")
 # Failures of forward's results themselves: in a test other than `shapes`, the same bug as its.
 UPSTREAM = ("shape_mismatch", "missing_output", "not_a_tensor", "dtype_mismatch")
 FORWARD_RESULTS = ("output", "weights")

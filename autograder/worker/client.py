@@ -172,6 +172,8 @@ class Worker:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             said = error.get("kind")  # anything JSON holds: only a declared kind's name is believed
             kind = said if isinstance(said, str) and KINDS.get(said, Kind()).reported else "exception"
+            if kind == "missing_class" and self.cells is not None:  # what the notebook's kept code lacks
+                kind = "missing_class_in_notebook"
             raise SubmissionError(
                 kind, str(error.get("message", ""))[:500], **self._where(error.get("line")),
                 function=next(iter(_names([error.get("function")])), None) if error.get("line") is not None else None,

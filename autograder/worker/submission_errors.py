@@ -22,6 +22,7 @@ class Kind(NamedTuple):
 KINDS = {
     "syntax_error": Kind(), "syntax_error_ipython": Kind(), "import_error": Kind(),
     "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
+    "missing_class_in_notebook": Kind(),  # missing_class, of a notebook: the client names it so
     "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
     "not_a_module": Kind(reported=True, input_dependent=True),
     "uninitialized_parameters": Kind(reported=True, input_dependent=True),
