@@ -539,13 +539,18 @@ def masks_of_every_dtype(rng, shapes, turn):
     return masks_in_turn(rng, chosen, turn)
 
 
-def square_batch_then_no_mask(rng, calls, masks, square_args, mask_shape, turn):
-    """masked_zero's calls and masks with two more: a 2-D mask (mask_shape, the same for every
-    example) on a batch as long as its rows (square_args), which a module that tells masks apart
-    by their first axis reads as a (B, Tk) padding mask; then calls[0] again, without a mask,
-    after the masked calls (a mask kept from one of them closes positions)."""
-    mask = random_mask(rng, *mask_shape, dtype=MASK_DTYPES[turn % len(MASK_DTYPES)])
-    return [*calls, (square_args, {"mask": mask}), calls[0]], [*masks, mask, None]
+def edge_batches_then_no_mask(rng, calls, masks, batch_of, mask_shape, turn):
+    """masked_zero's calls and masks with three more: a 2-D mask (mask_shape, the same for every
+    example) on a batch as long as its rows (batch_of(rows): the inputs of a batch of that size),
+    which a module that tells masks apart by their first axis reads as a (B, Tk) padding mask;
+    another on a single example (B = 1), where a module with a path of its own for one example
+    (the batch squeezed away, the mask indexed as if it had one: mask[0]) reads another mask; then
+    calls[0] again, without a mask, after the masked calls (a mask kept from one of them closes
+    positions)."""
+    dtype = MASK_DTYPES[turn % len(MASK_DTYPES)]
+    square = (batch_of(mask_shape[0]), {"mask": random_mask(rng, *mask_shape, dtype=dtype)})
+    single = (batch_of(1), {"mask": random_mask(rng, *mask_shape, dtype=dtype)})
+    return [*calls, square, single, calls[0]], [*masks, square[1]["mask"], single[1]["mask"], None]
 
 
 # gradients' calls hold at least this many query rows (B·rows per example): enough that dropout

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
 from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, copy_calls, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
-                      random_mask, runs_skipping, runs_until_failure, square_batch_then_no_mask)
+                      random_mask, runs_skipping, runs_until_failure, edge_batches_then_no_mask)
 from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
@@ -189,8 +189,9 @@ def test_masked_zero(worker, dims, turn):
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     args = cross_inputs(rng, dims)
     # the last mask passed by position, as forward(query, key, value, mask) allows
-    calls, masks = square_batch_then_no_mask(rng, [*((args, {"mask": mask}) for mask in masks[:-1]), ((*args, masks[-1]), {})],
-                                             masks, cross_inputs(rng, {**dims, "B": dims["Tq"]}), (dims["Tq"], dims["Tk"]), turn)
+    calls, masks = edge_batches_then_no_mask(rng, [*((args, {"mask": mask}) for mask in masks[:-1]), ((*args, masks[-1]), {})],
+                                             masks, lambda batch: cross_inputs(rng, {**dims, "B": batch}),
+                                             (dims["Tq"], dims["Tk"]), turn)
 
     def expected(i):
         given = calls[i][0][:3]

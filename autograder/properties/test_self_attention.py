@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
 from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, copy_calls, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
-                      random_mask, runs_skipping, square_batch_then_no_mask)
+                      random_mask, runs_skipping, edge_batches_then_no_mask)
 from .strategies import FARTHEST_SELF_ATTENTION, LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
 
@@ -131,8 +131,8 @@ def test_masked_zero(worker, dims, turn):
     masks = [None, first, *masks_in_turn(rng, mask_shapes(dims), turn), other_mask(first)]
     x = inputs(rng, dims)
     # the last mask passed by position, as forward(x, mask) allows
-    calls, masks = square_batch_then_no_mask(rng, [*(((x,), {"mask": mask}) for mask in masks[:-1]), ((x, masks[-1]), {})],
-                                             masks, (inputs(rng, {**dims, "B": T}),), (T, T), turn)
+    calls, masks = edge_batches_then_no_mask(rng, [*(((x,), {"mask": mask}) for mask in masks[:-1]), ((x, masks[-1]), {})],
+                                             masks, lambda batch: (inputs(rng, {**dims, "B": batch}),), (T, T), turn)
 
     def expected(i):
         given = calls[i][0][0]
