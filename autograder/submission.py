@@ -1491,7 +1491,7 @@ def _attaching(node):
             continue
         calls.append(call.func)  # add_to_class(Cls)(f): the class is the inner call's
         function = _dotted(call.func)
-        if function is None or function == "setattr":  # setattr is _mutated's
+        if function is None or _sets_attribute(call):  # setattr, delattr... are _mutated's
             continue
         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
             if isinstance(argument, ast.Name) and argument.id in EXERCISE.class_names:
@@ -1785,6 +1785,9 @@ def _changed_by(call):
     first argument (`nn.init.constant_(TEMP, 2.0)`) or one writing to `out=TEMP`."""
     if not isinstance(call, ast.Call):
         return None
+    if _sets_attribute(call):  # setattr(Cls, "forward", f), delattr(Cls, "forward"), type.__setattr__(Cls, ...)
+        target = _spread(call.args)[0]
+        return target.id if isinstance(target, ast.Name) else None
     function = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
     out = next((keyword.value for keyword in call.keywords if keyword.arg == "out"), None)
     parts, callee = [], call.func
@@ -1794,16 +1797,44 @@ def _changed_by(call):
     in_torch = isinstance(callee, ast.Name) and (callee.id in _TORCH_ROOTS or "init" in parts)
     if isinstance(call.func, ast.Attribute) and (call.func.attr in _MUTATORS or _in_place(function) and not in_torch):
         target = call.func.value
-    elif call.args and (function == "setattr" or _in_place(function)):
+    elif call.args and _in_place(function):
         target = call.args[0]
     elif out is not None:
         target = out
     else:
         return None
     target = _unwrapped_vars(target)
-    while function != "setattr" and isinstance(target, (ast.Subscript, ast.Attribute)):
-        target = _unwrapped_vars(target.value)  # OPTS["sa"].update(...) changes OPTS (setattr's first argument is its own)
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = _unwrapped_vars(target.value)  # OPTS["sa"].update(...) changes OPTS
     return target.id if isinstance(target, ast.Name) else None
+
+
+def _sets_attribute(call):
+    """Whether call sets or deletes an attribute of its first argument, by Python's built-ins:
+    setattr(X, "n", v), delattr(X, "n"), or type's unbound methods, type.__setattr__(X, "n", v) and
+    type.__delattr__(X, "n"), on a class (object's refuse one; X.__setattr__("n", v), bound,
+    changes X as a mutator: _MUTATORS), also with the arguments spread from a tuple written there
+    (setattr(*(X, "n", v)))."""
+    args = _spread(call.args)
+    if call.keywords or not args:
+        return False
+    if isinstance(call.func, ast.Name):
+        return (call.func.id, len(args)) in (("setattr", 3), ("delattr", 2))
+    return (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "type"
+            and (call.func.attr, len(args)) in (("__setattr__", 3), ("__delattr__", 2)))
+
+
+def _spread(args):
+    """A call's positional arguments, those of a tuple or list written there and spread (`*(a, b)`)
+    taken one by one."""
+    spread = []
+    for argument in args:
+        if isinstance(argument, ast.Starred) and isinstance(argument.value, (ast.Tuple, ast.List)):
+            spread += argument.value.elts
+        else:
+            spread.append(argument)
+    return spread
 
 
 def _unwrapped_vars(node):
@@ -1842,7 +1873,7 @@ def _attribute_targets(body):
     test (`if fn is not None:`) and loop again over items written there."""
     targets = set()
     for statement in body:
-        if _mutated(statement) and getattr(statement.value.func, "id", None) == "setattr":  # setattr(Cls, ...)
+        if _mutated(statement) and _sets_attribute(statement.value):  # setattr(Cls, ...), delattr(Cls, ...)
             targets.add(_mutated(statement))
         elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
               and isinstance(statement.targets[0], ast.Attribute) and isinstance(statement.targets[0].value, ast.Name)):
@@ -1862,7 +1893,9 @@ def _attribute_targets(body):
 
 def _written_items(iterable):
     """The items a loop over a list, tuple or dict written there goes through (a dict's .items()
-    as (key, value) tuples; zip() of such lists as tuples of their items), or None for anything else."""
+    as (key, value) tuples; zip() of such lists as tuples of their items; `dict(forward=f)` is the
+    dict {"forward": f}), or None for anything else."""
+    iterable = _as_dict_display(iterable)
     if isinstance(iterable, (ast.List, ast.Tuple)):
         return list(iterable.elts)
     if (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip"
@@ -1872,12 +1905,21 @@ def _written_items(iterable):
     if isinstance(iterable, ast.Dict):
         return list(iterable.keys)
     if (isinstance(iterable, ast.Call) and not iterable.args and not iterable.keywords
-            and isinstance(iterable.func, ast.Attribute) and isinstance(iterable.func.value, ast.Dict)
+            and isinstance(iterable.func, ast.Attribute) and isinstance(_as_dict_display(iterable.func.value), ast.Dict)
             and iterable.func.attr in ("items", "keys", "values")):
-        written = iterable.func.value
+        written = _as_dict_display(iterable.func.value)
         return {"keys": written.keys, "values": written.values,
                 "items": [ast.Tuple([k, v]) for k, v in zip(written.keys, written.values)]}[iterable.func.attr]
     return None
+
+
+def _as_dict_display(node):
+    """`dict(forward=f, split_heads=g)` (keywords only) as the dict display it builds; node otherwise."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args
+            and node.keywords and all(keyword.arg for keyword in node.keywords)):
+        return ast.Dict([ast.Constant(keyword.arg) for keyword in node.keywords],
+                        [keyword.value for keyword in node.keywords])
+    return node
 
 
 def _taken_by(target, name, items):
@@ -1920,6 +1962,9 @@ def _namespace_binds(node):
         for argument in call.args:
             if isinstance(argument, ast.Dict):
                 names += [key.value for key in argument.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+    elif (isinstance(call.func, ast.Attribute) and call.func.attr in _NAMESPACE_KEYED and _the_namespace(call.func.value)
+          and call.args and isinstance(call.args[0], ast.Constant)):
+        names = [call.args[0].value] if isinstance(call.args[0].value, str) else []
     elif _called(call, "setattr", 3) and _this_module(call.args[0]) and isinstance(call.args[1], ast.Constant):
         names = [call.args[1].value] if isinstance(call.args[1].value, str) else []
     elif (_called(call, "exec", 1) or _called(call, "exec", 2) and _the_namespace(call.args[1])) and isinstance(
@@ -1932,6 +1977,12 @@ def _namespace_binds(node):
     else:
         return ()
     return tuple(name for name in names if name.isidentifier())
+
+
+# The namespace's methods whose first argument names what they bind or unbind:
+# `globals().setdefault("NEG", v)` and `globals().__setitem__("NEG", v)` are `NEG = v` (the first
+# where NEG is unbound), `globals().pop("NEG")` is `del NEG`.
+_NAMESPACE_KEYED = frozenset({"setdefault", "__setitem__", "pop", "__delitem__"})
 
 
 def _called(call, function, count):
