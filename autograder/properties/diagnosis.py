@@ -113,8 +113,9 @@ def diagnose(module, prop, calls, returned, expected):
     calls: its (args, options) pairs, as sent; returned: each call's outputs as the worker sent
     them (reply.outputs); expected: for each call, the property's list of (reference, rounding
     bound, magnitude of the inputs, what), in the order of the outputs."""
-    example = [Call(params_of(module, options), module.kwargs, *by_position(module.cls, args, options), outputs, wanted)
-               for (args, options), outputs, wanted in zip(calls, returned, expected, strict=True)]
+    example = [Call(params, module.kwargs, *by_position(module.cls, args, options), outputs, wanted)
+               for (args, options), params, outputs, wanted
+               in zip(calls, params_in_turn(module, calls)[0], returned, expected, strict=True)]
     return _narrowed((module.cls, prop), matching(module.cls, example))
 
 
@@ -129,12 +130,12 @@ def on_failure(code, exchanges):
     if marked is not None or code not in VALUE_CODES.get(key[1], ()):
         return marked
     cls, prop = key
-    example = []
+    example, now = [], {}  # now: each module's parameters after the exchanges so far
     for module, calls, replies in exchanges:
         if module.cls != cls or getattr(module, "load_seed", None) is None:
             continue  # a module without the grader's parameters: no alternative can be computed
-        for (args, options), reply in zip(calls, replies):
-            params = params_of(module, options)
+        taken, now[id(module)] = params_in_turn(module, calls, now.get(id(module)))
+        for (args, options), reply, params in zip(calls, replies, taken):
             args, options = by_position(cls, args, options)
             wanted = reference_of(cls, params, module.kwargs, args, options)
             if wanted is not None:
@@ -159,10 +160,20 @@ def by_position(cls, args, options):
     return (*args, *(options[name] for name in named)), {k: v for k, v in options.items() if k not in named}
 
 
-def params_of(module, options):
-    """The parameters a call ran with: the module's, or those its `reload` option loaded first."""
-    reload = options.get("reload")
-    return module.params if reload is None else module.reloading(reload["seed"])[1]
+def params_in_turn(module, calls, current=None):
+    """(the parameters each call ran with, in order; the module's parameters after them): the
+    module's own (`current`, where earlier calls gave it others), or those a call's `reload`
+    option loaded first, which later calls keep; but a call on a copy (`copied`) gives its new
+    parameters to the copy alone."""
+    current = module.params if current is None else current
+    taken = []
+    for _, options in calls:
+        reload = options.get("reload")
+        params = current if reload is None else module.reloading(reload["seed"])[1]
+        if not options.get("copied"):
+            current = params
+        taken.append(params)
+    return taken, current
 
 
 def structural(cls, prop, code):

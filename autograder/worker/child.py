@@ -474,7 +474,10 @@ class Worker:
         torch = self.torch
         module = self.instances[handle]
         if copied:
-            module = copy.deepcopy(module)
+            try:
+                module = copy.deepcopy(module)
+            except Exception as exc:  # the copy cannot be made: not a call of forward's to judge
+                raise StudentError("not_copyable", f"{type(exc).__name__}: {exc}"[:300]) from None
         if reload is not None:
             self._load(handle, module, reload)
         if perturb is not None:
@@ -483,7 +486,7 @@ class Worker:
                                     upstream, input_grads, None, rolled, in_place, None, backward_from, moved_for_good,
                                     inference, float64)
         if device != "cpu":
-            module = module.to(device) if moved_for_good else copy.deepcopy(module).to(device)
+            module = self._moved(module if moved_for_good else copy.deepcopy(module), device)
         if float64:
             module = copy.deepcopy(module).double()
         params, buffers, _, submodules, _ = members(module, self.layers[handle])
@@ -586,6 +589,26 @@ class Worker:
                         continue
             changed.append(name)
         return {"buffers_changed": changed[:wire.MAX_DIMENSIONS]} if changed else {}
+
+    def _moved(self, module, device):
+        """module.to(device) with each parameter kept as the same Python object, as a move to CUDA
+        keeps it (torch writes the new tensor into the old Parameter). A move to meta makes new
+        Parameter objects instead, and a correct module holding a parameter it took in __init__
+        (self.w = self.qkv.weight, a functools.partial over it) would fail there only: the
+        parameters are swapped in place (torch.__future__'s swap on conversion). Where torch
+        refuses the swap (a weak reference to a parameter), what is left is moved as torch moves it
+        by default."""
+        torch = self.torch
+        before = torch.__future__.get_swap_module_params_on_conversion()
+        try:
+            torch.__future__.set_swap_module_params_on_conversion(True)
+            try:
+                return module.to(device)
+            except RuntimeError:
+                pass
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(before)
+        return module.to(device)
 
     @contextlib.contextmanager
     def _perturbed(self, module, perturb, layers):

@@ -23,6 +23,7 @@ KINDS = {
     "syntax_error": Kind(), "syntax_error_ipython": Kind(), "import_error": Kind(),
     "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
     "missing_class_in_notebook": Kind(),  # missing_class, of a notebook: the client names it so
+    "not_copyable": Kind(reported=True, input_dependent=True),  # copy.deepcopy refused the module
     "exception": Kind(reported=True, input_dependent=True), "bad_output": Kind(reported=True, input_dependent=True),
     "not_a_module": Kind(reported=True, input_dependent=True),
     "uninitialized_parameters": Kind(reported=True, input_dependent=True),
@@ -78,8 +79,8 @@ class SubmissionError(Exception):
     def raised(self):
         """The submission's own code raised (rather than timing out, crashing or overusing), or
         built a module whose lazy layers have no size yet or whose class redefines nn.Module's
-        tables, as good as a constructor that raised."""
-        return self.kind in ("exception", "uninitialized_parameters", "module_internals")
+        tables, as good as a constructor that raised, or one copy.deepcopy could not copy."""
+        return self.kind in ("exception", "uninitialized_parameters", "module_internals", "not_copyable")
 
     def again(self):
         """A fresh copy to raise for a later test: re-raising one object would grow its traceback."""
