@@ -113,6 +113,8 @@ def diagnose(module, prop, calls, returned, expected):
     calls: its (args, options) pairs, as sent; returned: each call's outputs as the worker sent
     them (reply.outputs); expected: for each call, the property's list of (reference, rounding
     bound, magnitude of the inputs, what), in the order of the outputs."""
+    from .harness import params_in_turn
+
     example = [Call(params, module.kwargs, *by_position(module.cls, args, options), outputs, wanted)
                for (args, options), params, outputs, wanted
                in zip(calls, params_in_turn(module, calls)[0], returned, expected, strict=True)]
@@ -129,6 +131,8 @@ def on_failure(code, exchanges):
     marked = structural(*key, code)
     if marked is not None or code not in VALUE_CODES.get(key[1], ()):
         return marked
+    from .harness import params_in_turn
+
     cls, prop = key
     example, now = [], {}  # now: each module's parameters after the exchanges so far
     for module, calls, replies in exchanges:
@@ -158,22 +162,6 @@ def by_position(cls, args, options):
     if not named:
         return args, options
     return (*args, *(options[name] for name in named)), {k: v for k, v in options.items() if k not in named}
-
-
-def params_in_turn(module, calls, current=None):
-    """(the parameters each call ran with, in order; the module's parameters after them): the
-    module's own (`current`, where earlier calls gave it others), or those a call's `reload`
-    option loaded first, which later calls keep; but a call on a copy (`copied`) gives its new
-    parameters to the copy alone."""
-    current = module.params if current is None else current
-    taken = []
-    for _, options in calls:
-        reload = options.get("reload")
-        params = current if reload is None else module.reloading(reload["seed"])[1]
-        if not options.get("copied"):
-            current = params
-        taken.append(params)
-    return taken, current
 
 
 def structural(cls, prop, code):

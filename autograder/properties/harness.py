@@ -333,6 +333,22 @@ def _call(handle, *args, method="forward", train=False, seed=0, grad=False, trac
             "float64": float64, "copied": copied}
 
 
+def params_in_turn(module, calls, current=None):
+    """(the parameters each of calls, (args, options) pairs on `module`, ran with, in float64; the
+    module's parameters after them): its own (`current`, where earlier calls gave it others), or
+    those a call's `reload` option loaded first (Remote.reloading), which later calls keep; but a
+    call on a copy (`copied`) gives its new parameters to the copy alone."""
+    current = module.params if current is None else current
+    taken = []
+    for _, options in calls:
+        reload = options.get("reload")
+        params = current if reload is None else module.reloading(reload["seed"])[1]
+        if not options.get("copied"):
+            current = params
+        taken.append(params)
+    return taken, current
+
+
 def copy_calls(args, reload):
     """The last two calls of reference_match: on copy.deepcopy of the module, given new parameters
     (`reload`, Remote.reloading's) alone, then on the module itself again, which keeps its own.
