@@ -1594,3 +1594,24 @@ def test_a_dropout_drawn_in_float16_drops_far_more_than_a_tiny_rate():
     assert dropped > 20  # ~50 expected; float32 draws: 0.2
     honest = nn.Dropout(1e-6)(torch.ones(64, 2, 40, 40))
     assert int((honest == 0).sum()) <= 3
+
+
+@pytest.mark.parametrize("name", ["sa_mask_after_another_parameter", "mha_mask_after_another_parameter"])
+def test_a_parameter_declared_before_mask_takes_a_mask_passed_by_position(name):
+    """forward(x, mask) is the statement's call as much as forward(x, mask=mask): with another
+    parameter before mask, the positional mask is never applied, while by name it is."""
+    module = load(name)
+    mask = torch.ones(2, 3, 3)
+    mask[:, :, -1] = 0
+    x = torch.randn(2, 3, 4)
+    if name.startswith("sa"):
+        layer = module.SelfAttention(4)
+        right = attention(layer.W_Q(x), layer.W_K(x), layer.W_V(x), mask)
+        by_name, by_position = layer(x, mask=mask), layer(x, mask)
+    else:
+        layer = module.MultiHeadAttention(4, 2, dropout=0.0).eval()
+        right = multi_head(layer, x, x, x, mask)
+        by_name, by_position = layer(x, x, x, mask=mask), layer(x, x, x, mask)
+    assert torch.allclose(by_name[0], right[0]) and torch.allclose(by_name[1], right[1])
+    assert by_position[1][..., -1].abs().max() > 0.05  # the masked key still gets weight
+    assert not torch.allclose(by_position[0], right[0], atol=1e-3)

@@ -2178,6 +2178,10 @@ def masks_accepted(module, calls, shaped, masks, expected, names, fresh, canonic
                 raise PropertyFailure("masked_column_nan_upstream", column=column, **described[i])
             if i >= 2 and second_opinion(lambda: _closes_on_a_fresh_module(fresh(), calls[i], i, blocked, shaped)):
                 raise PropertyFailure("mask_from_earlier_call", call=i + 1, **described[i])
+            # the mask bound to another parameter (forward(self, x, need_weights=True, mask=None))
+            if "mask" not in calls[i][1] and second_opinion(lambda: attempted(
+                    lambda: _closes_on_a_fresh_module(fresh(), _by_name(calls[i]), i, blocked, shaped))[0]):
+                raise PropertyFailure("mask_ignored_by_position", **described[i])
             want, bound, magnitude, _ = expected(i)[0]
             # leaks too small for the output to show (scores clamped to ±50 after the -inf: e^-100)
             # may be the weights it was computed with: those are masked_weight_not_zero_mask's
@@ -2238,6 +2242,12 @@ def raised_after_earlier_calls(module, calls, index, error):
     return failure if second_opinion(runs_first) else None
 
 
+def _by_name(call):
+    """A call that passes its mask by position (its last argument), with the mask passed by name."""
+    args, options = call
+    return args[:-1], {**options, "mask": args[-1]}
+
+
 def _closes_on_a_fresh_module(module, call, index, blocked, shaped):
     """Whether `call` (the index-th) on a freshly built module gives exactly 0 weight wherever its
     mask closes (blocked): then the module that leaked there read a mask kept from an earlier call."""
@@ -2251,9 +2261,7 @@ def _differs_from_first_form(module, call, index, got, twins, shaped):
     head)."""
     from .harness import runs_until_failure
 
-    args, options = call
-    if "mask" not in options:  # passed by position: the last argument
-        args = args[:-1]
+    args, options = call if "mask" in call[1] else _by_name(call)
     replies, failed = runs_until_failure(module, *[(args, {**options, "mask": mask}) for mask, _ in twins])
     if failed:
         return True
