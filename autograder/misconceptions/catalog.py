@@ -221,12 +221,16 @@ CATALOG = (
           [R(MHA, "forward", 'scores.masked_fill(mask == 0, float("-inf"))', 'scores.masked_fill(mask == 1, float("-inf"))')],
           {"mask_blocks": 1}, probe={"mask": True}, seen_in="buggy/mha_mask_flipped"),
     entry("mha_mask_without_head_axis", MHA,
-          "A una máscara (B, Tq, Tk) no le agregas el eje de las cabezas en la posición 1 (mask.unsqueeze(1); "
-          "sin él, o con unsqueeze(0), su batch queda frente a las cabezas): se difunde contra (h, Tq, Tk), así "
-          "que el batch se confunde con las cabezas (o falla si B ≠ h).",
-          "You do not add the head axis to a (B, Tq, Tk) mask at position 1 (mask.unsqueeze(1); without it, or "
-          "with unsqueeze(0), its batch faces the heads): it broadcasts against (h, Tq, Tk), so the batch is "
-          "mistaken for the heads (or it fails when B ≠ h).",
+          "A una máscara (B, Tq, Tk) no le das el eje de las cabezas como corresponde: sin mask.unsqueeze(1) "
+          "(o con unsqueeze(0)), su batch queda frente a las cabezas y se difunde contra (h, Tq, Tk); con "
+          "mask.repeat(h, 1, 1) sobre puntajes (B·h, Tq, Tk), la máscara de cada ejemplo va a las filas de "
+          "otro (ahí corresponde repeat_interleave(h, dim=0)). En los dos casos el batch se confunde con las "
+          "cabezas (con B ≠ h, falla o mezcla los ejemplos de otra manera).",
+          "You do not give a (B, Tq, Tk) mask its head axis the right way: without mask.unsqueeze(1) (or with "
+          "unsqueeze(0)), its batch faces the heads and broadcasts against (h, Tq, Tk); with mask.repeat(h, 1, 1) "
+          "on (B·h, Tq, Tk) scores, each example's mask goes to another's rows (there, repeat_interleave(h, "
+          "dim=0) is right). Either way the batch is mistaken for the heads (when B ≠ h, it fails or mixes the "
+          "examples another way).",
           ("masked_zero", "rows_sum_to_one", "reference_match", "large_inputs", "device"),
           [S(MHA, "forward", "if mask.dim() == 3:\n    mask = mask.unsqueeze(1)", "")],
           {"mask_head_axis": False}, probe={"mask": True, "batch": 2, "heads": 2},
