@@ -1200,6 +1200,21 @@ def test_a_syntax_error_message_loses_the_module_line_python_adds():
                                              "invalid syntax")
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads the f-string this message is about")
+@pytest.mark.parametrize("cell", [None, 4])
+def test_a_syntax_error_in_an_f_string_says_python_3_12_reads_it(cell):
+    """f"{d["n"]}" runs in Colab (3.12) and fails here: the message says why, and what to write."""
+    found = outcome("submission.syntax_error", message="f-string: unmatched '[' (attention.py, line 57)",
+                    exc_type="SyntaxError", line=3, **({} if cell is None else {"cell": cell}))
+    for language, words in (("es", ("línea 3: f-string: unmatched '['.", "Python 3.12", "las otras comillas")),
+                            ("en", ("line 3: f-string: unmatched '['.", "Python 3.12", "the other quotes"))):
+        text = feedback.message(found, language)
+        assert all(word in text for word in words), text
+        assert ("celda de código 4" in text or "code cell 4" in text) == (cell is not None)
+    plain = outcome("submission.syntax_error", message="invalid syntax", exc_type="SyntaxError", line=3)
+    assert "3.12" not in feedback.message(plain, "es")
+
+
 # Said only of a .py file: a notebook's IPython lines are dropped before it is imported.
 PY_FILES_ONLY = {"submission.syntax_error_ipython"}
 

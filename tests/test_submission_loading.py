@@ -352,3 +352,29 @@ def test_two_files_defining_the_classes_are_still_refused_as_ambiguous(tmp_path)
 def test_copies_of_one_notebook_are_one_submission(tmp_path):
     make_tree(tmp_path, {"Tarea.ipynb": notebook_of(SOLVED), "Copia de Tarea.ipynb": notebook_of(SOLVED)})
     assert submission.load(tmp_path).filename == "Copia de Tarea.ipynb"
+
+
+NEWER_DEMO = 'if __name__ == "__main__":\n    cfg = {"n": 3}\n    print(f"heads: {cfg["n"]}")\n'
+
+
+@pytest.mark.parametrize("demo", [NEWER_DEMO, NEWER_DEMO.replace('__name__ == "__main__"', "('__main__' == __name__)"),
+                                  NEWER_DEMO.replace("\n", "\r\n")])
+def test_a_main_demo_the_grader_cannot_parse_is_left_out_line_for_line(tmp_path, demo):
+    """Python 3.12 reads f"{cfg["n"]}", the grader's 3.11 does not: in the `__main__` block, which
+    an import never runs, that costs nothing; every other line keeps its text and its number."""
+    text = CODE + "\n" + demo + "# the end\nX = 1\n"
+    loaded = submission.load(make_tree(tmp_path, {"attention.py": text}) / "attention.py")
+    assert len(loaded.source.splitlines()) == len(text.splitlines())
+    kept = [line for line in loaded.source.splitlines() if line.strip()]
+    assert kept == [line for line in CODE.splitlines() if line.strip()] + ["X = 1"]
+    ast.parse(loaded.source)
+
+
+@pytest.mark.parametrize("text", [
+    CODE.replace("    pass", "    x = f'{cfg['n']}'") + "\n" + NEWER_DEMO,  # an error outside the block too
+    CODE + "\n" + NEWER_DEMO + "else:\n    print('imported')\n",  # the else branch runs on import
+    CODE + "\n" + NEWER_DEMO.replace('    print(f"heads', 'print(f"heads'),  # no block past the guard
+])
+def test_a_syntax_error_the_main_block_does_not_hold_alone_is_left_for_the_worker(tmp_path, text):
+    loaded = submission.load(make_tree(tmp_path, {"attention.py": text}) / "attention.py")
+    assert loaded.source == text

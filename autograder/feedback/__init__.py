@@ -17,6 +17,7 @@ each of those tests one line pointing there.
 import dataclasses
 import re
 import string
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -453,6 +454,15 @@ def render(scored, outcomes, language):
 NAME_ERRORS = {"submission.import_error": "submission.name_error", "submission.exception": "submission.name_error_in_call"}
 
 
+def _newer_syntax(code, message):
+    """submission.syntax_error_fstring for a syntax error inside an f-string where the grader runs a
+    Python older than 3.12: most often the quotes of the f-string reused inside it (f"{d["n"]}"),
+    which 3.12 reads, so the file ran where the student tried it (Colab). Else code as it is."""
+    if code == "submission.syntax_error" and isinstance(message, str) and message.startswith("f-string"):
+        return "submission.syntax_error_fstring" if sys.version_info < (3, 12) else code
+    return code
+
+
 def _unkept_name(outcome):
     params = outcome.params
     return (outcome.code in NAME_ERRORS and isinstance(params.get("cell"), int) and params.get("exc_type") == "NameError"
@@ -468,6 +478,7 @@ def _template(outcome, failures):
         if isinstance(message, str):
             params["message"] = _MODULE_LINE.sub("", message)
             missing, undefined = _NO_MODULE.search(message), _NOT_DEFINED.search(message)
+            code = _newer_syntax(code, message)
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
             elif code in NAME_ERRORS and params.get("exc_type") == "NameError" and undefined:
@@ -484,6 +495,7 @@ def _template(outcome, failures):
     missing = _NO_MODULE.search(params["message"]) if isinstance(params.get("message"), str) else None
     if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
         code, params["module"] = "submission.missing_module", missing.group(1)
+    code = _newer_syntax(code, params.get("message"))
     return _fitted(_in_function(failures.get(code, code or ""), params, failures), params), params
 
 
