@@ -117,6 +117,19 @@ def _check_no_cycle(cls, requires, path):
         visit(name)
 
 
+def _titled_properties(language):
+    """The property names the exercise's catalog of `language` gives a title, as every property of
+    the suite has one: a misspelt name in grading.yml is refused here, before anything is graded,
+    instead of failing every loadable submission as a grader bug once the suite is collected. None
+    where the catalog cannot be read (the feedback layer then reports it)."""
+    try:
+        titles = (yaml_reader.safe_load((EXERCISE.feedback / f"{language}.yml").read_text(encoding="utf-8"))
+                  or {}).get("titles")
+    except (OSError, yaml_reader.Error, AttributeError):
+        return None
+    return frozenset(titles) if isinstance(titles, dict) and titles else None
+
+
 def load(path=DEFAULT_PATH, language=None):
     """Read and validate grading.yml; `language` overrides the file's feedback language."""
     path = Path(path)
@@ -160,6 +173,7 @@ def parse(text, path, language=None):
 
     properties = []
     classes = _section(data, "classes", path)
+    titled = _titled_properties(language)
     for cls, props in classes.items():
         if cls not in CLASSES:
             raise ConfigError(f"{path}: unknown class {cls!r}; expected one of {CLASSES}")
@@ -167,6 +181,10 @@ def parse(text, path, language=None):
             raise ConfigError(f"{path}: classes.{cls} must map property names to points")
         for name, spec in props.items():
             where = f"{path}: classes.{cls}.{name}"
+            if titled is not None and name not in titled:
+                raise ConfigError(f"{where}: the suite has no property {name!r} (its catalog titles: "
+                                  f"{', '.join(sorted(titled))}); a new one needs its check and its catalog "
+                                  "lines too (README: Adding a property)")
             if not isinstance(spec, dict) or "points" not in spec:
                 raise ConfigError(f"{where} needs 'points'")
             visibility = spec.get("visibility", "visible")

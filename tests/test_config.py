@@ -106,6 +106,18 @@ def test_hypothesis_settings(write_config):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("language", ["es", "en"])
+def test_a_misspelt_property_is_refused_when_grading_yml_is_read(write_config, language):
+    """Before any submission is graded (a batch once failed every loadable one as a grader bug), with
+    the names the suite does have."""
+    def misspell(data):
+        data["classes"]["SelfAttention"]["scael"] = data["classes"]["SelfAttention"].pop("scale")
+
+    with pytest.raises(ConfigError, match=r"SelfAttention\.scael: the suite has no property 'scael' .*\bscale\b"):
+        write_config(misspell, language)
+
+
+@pytest.mark.unit
 def test_property_unknown_to_the_suite_stops_grading(grading):
     """Checked when the suite is collected, before the worker is ever asked anything."""
     extra = grading_config.Property("SelfAttention", "telepathy", 1.0, "visible")
