@@ -89,7 +89,7 @@ def test_gradebook_text_cells_never_start_a_formula(tmp_path, prefix):
                StoredResult(text + "2", [], outcomes(), "h2", 2, False),  # no submitters: the key is the name
                StoredResult("ana", [Submitter("Ana", "ana@example.edu", "7")], outcomes(), "h3", 3, False)]
     report.write_gradebook(tmp_path / "gradebook.csv", report.rescore(results, CONFIG), CONFIG)
-    with open(tmp_path / "gradebook.csv", encoding="utf-8", newline="") as handle:
+    with open(tmp_path / "gradebook.csv", encoding="utf-8-sig", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["Name"], r["SID"], r["Email"], r["Submission"]) for r in rows] == [
         ("'" + text, "'" + text, "'" + text, "'" + text),
@@ -110,7 +110,7 @@ def test_gradebook_from_the_store_neutralises_formulas(store, tmp_path):
     people = [Submitter("=HYPERLINK(\"http://x\")", "-2+3", "@SUM(A1)")]
     run = record(store, "c", [("submission_1", people, outcomes())])
     report.write_gradebook(tmp_path / "gradebook.csv", report.rescore(store.results(run), CONFIG), CONFIG)
-    with open(tmp_path / "gradebook.csv", encoding="utf-8", newline="") as handle:
+    with open(tmp_path / "gradebook.csv", encoding="utf-8-sig", newline="") as handle:
         [row] = list(csv.DictReader(handle))
     assert (row["Name"], row["Email"], row["SID"]) == ("'=HYPERLINK(\"http://x\")", "'-2+3", "'@SUM(A1)")
 
@@ -403,7 +403,7 @@ def test_a_newline_or_tab_in_a_file_name_never_reaches_a_key(store, tmp_path):
     keys = sorted(executor.keys)
     assert keys[0] == "bien.py" and keys[1].startswith("con tab.py~") and keys[2].startswith("mal nombre.py~")
     report.write_reports(store, "c", tmp_path / "out", CONFIG)
-    with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8", newline="") as handle:
+    with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8-sig", newline="") as handle:
         assert len(handle.read().splitlines()) == 4  # the header and one line each
 
 

@@ -7,8 +7,11 @@ answers at once (Instant), so nothing here grades for real and the whole file ta
 """
 import csv
 import io
+import os
 import re
+import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +67,7 @@ def read_csv(path, encoding="utf-8"):
 
 
 def gradebook(path):
-    with open(path, encoding="utf-8", newline="") as handle:
+    with open(path, encoding="utf-8-sig", newline="") as handle:
         return {row["Submission"] or row["Name"]: row for row in csv.DictReader(handle)}
 
 
@@ -127,6 +130,20 @@ def test_a_ctrl_c_while_the_slots_start_is_an_interruption_with_its_summary(stor
         raise KeyboardInterrupt
     summary = batch.run_batch(write_folder(tmp_path / "cohort", ["a.py"]), "c", store, CONFIG, starting, False, QUIET)
     assert summary.interrupted and summary.graded == 0 and not store.runs("c")[0].finished
+
+
+def test_a_sigterm_ends_a_batch_as_ctrl_c_does(store, tmp_path):
+    """`timeout` or a service stopping the batch sends SIGTERM: it ended the process silently, with
+    no summary and no word of resuming."""
+    def terminated():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    before = signal.getsignal(signal.SIGTERM)
+    with batch.terminated_as_interrupted():
+        summary = batch.run_batch(write_folder(tmp_path / "cohort", ["a.py"]), "c", store, CONFIG, terminated, False,
+                                  QUIET)
+    assert summary.interrupted and not store.runs("c")[0].finished
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_an_interrupted_regrade_keeps_everyone_in_the_view_with_the_run_of_each_row(store, tmp_path):

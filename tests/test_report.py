@@ -47,7 +47,7 @@ def cohort(tmp_path):
 
 
 def gradebook(path):
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         return list(csv.DictReader(handle))
 
 

@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +353,21 @@ def report_summary(summary, console, language="en"):
         console.print(Text(words["batch_open"]))
 
 
+@contextlib.contextmanager
+def terminated_as_interrupted():
+    """SIGTERM (`timeout`, a scheduler or a service stopping the batch) ends it as Ctrl-C does: the
+    slots are stopped, the summary says what was stored and that the same command resumes. Without
+    this, SIGTERM's default ended the process mid-line, saying nothing."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_batch(args):
     config = grading_config.load(args.config, args.lang)
     lock.note_if_unlike_the_lock()
@@ -364,7 +380,8 @@ def cmd_batch(args):
             return LocalExecutor(args.jobs, config.source, args.recycle)
     store = Store(args.db)
     try:
-        summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console, args.only)
+        with terminated_as_interrupted():
+            summary = run_batch(args.submissions, args.cohort, store, config, factory, args.regrade, console, args.only)
     finally:
         store.close()
     report_summary(summary, console, config.language)

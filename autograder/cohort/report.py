@@ -261,6 +261,7 @@ def write_gradebook(path, items, config, opener=private_file):
     words = feedback.catalog(config.language)["report"]
     rows = [i for i in items if isinstance(i, Row)] + rows_of([i for i in items if not isinstance(i, Row)], config)
     with opener(path) as handle:
+        handle.write("\ufeff")  # UTF-8 with a BOM, as the LMS files: Excel, opening it, reads the names' accents
         writer = csv.writer(handle)
         writer.writerow(["Name", "SID", "Email", "Submission", "Status", "Run", "Total Score", "Max Points", *classes])
         for row in rows:
