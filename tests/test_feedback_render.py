@@ -415,3 +415,27 @@ def test_a_mask_named_upstream_does_not_send_back_to_masked_zero_when_that_passe
 
     assert alone in rendered("passed") and sent_back not in rendered("passed").split("\n")[0]
     assert sent_back in rendered("failed") and alone not in rendered("failed")
+
+
+@pytest.mark.parametrize("language", ["es", "en"])
+def test_a_test_the_student_sees_never_names_one_they_do_not(language):
+    """With causality hidden (an instructor's grading.yml), large_inputs' pointer and a blocked
+    prerequisite used to name it: «CausalSelfAttention: the future does not leak»."""
+    cls = "CausalSelfAttention"
+    properties = tuple(
+        dataclasses.replace(p, visibility="hidden" if p.name in ("causality", "attends") else
+                            "visible" if p.name == "large_inputs" else p.visibility)
+        for p in SHIPPED.properties)
+    cfg = dataclasses.replace(SHIPPED, properties=properties)
+    outcomes = [Outcome(p.cls, p.name, "passed") for p in SHIPPED.properties]
+    leak = {"position": 7}
+    outcomes = [Outcome(o.cls, o.prop, "failed", "future_leak_upstream", leak, {"B": 1, "seed": 0})
+                if (o.cls, o.prop) in ((cls, "large_inputs"), (cls, "causality"), (cls, "attends")) else o
+                for o in outcomes]
+    tests = {(t.cls, t.prop): t for t in scored_tests(outcomes, cfg, language)}
+    hidden = [feedback.title(cls, prop, language) for prop in ("causality", "attends")]
+    shown = tests[(cls, "large_inputs")].output
+    assert not any(name in shown for name in hidden), shown
+    assert feedback.label("unseen_test", language, cls=cls) in shown
+    said = feedback.message(next(o for o in outcomes if (o.cls, o.prop) == (cls, "large_inputs")), language)
+    assert hidden[0] in said  # what the message names before the visible output is made

@@ -446,7 +446,29 @@ def render(scored, outcomes, language):
         if test.blocked_by and not (context.explains(outcome) or context.upstream(outcome)):
             text = blocked(test.cls, test.blocked_by, outcome, text, language)
         tests.append(dataclasses.replace(test, output=text))
-    return tests
+    return _unseen_tests_unnamed(tests, language)
+
+
+# When a student sees each visibility's tests: a test may name another only if it is seen no later.
+SEEN = {"visible": 0, "after_due_date": 1, "after_published": 1, "hidden": 2}
+
+
+def _unseen_tests_unnamed(tests, language):
+    """tests, with the title of a test the student does not see yet (grading.yml's visibility)
+    replaced, in the output of one they do see, by words that do not name it: "fix the test
+    «CausalSelfAttention: the future does not leak» first" told of a hidden test what it checks."""
+    later = [(SEEN.get(t.visibility, 2), f"«{title(t.cls, t.prop, language)}»", t.cls)
+             for t in tests if SEEN.get(t.visibility, 2) > 0]
+    if not later:
+        return tests
+    shown = []
+    for test in tests:
+        text, when = test.output, SEEN.get(test.visibility, 2)
+        for seen, name, cls in later:
+            if seen > when and name in text:
+                text = text.replace(name, f"«{label('unseen_test', language, cls=cls)}»")
+        shown.append(test if text == test.output else dataclasses.replace(test, output=text))
+    return shown
 
 
 # A NameError in a notebook, on import or in a call: most often a name bound in code not kept
