@@ -132,6 +132,19 @@ def test_a_ctrl_c_while_the_slots_start_is_an_interruption_with_its_summary(stor
     assert summary.interrupted and summary.graded == 0 and not store.runs("c")[0].finished
 
 
+def test_the_summary_counts_the_unreadable_submissions_it_lists(store, tmp_path):
+    """A second run said "unreadable: 0", then listed the three the first had recorded."""
+    folder = write_folder(tmp_path / "cohort", ["a.py"])
+    (folder / "b.py").write_text("")
+    (folder / "c.zip").write_bytes(b"not a zip")
+    run_batch(folder, store, Instant())
+    again = run_batch(folder, store, Instant())
+    out = Console(file=io.StringIO(), width=200)
+    batch.report_summary(again, out, "en")
+    said = out.file.getvalue()
+    assert len(again.unreadable_entries) == 2 and "2 unreadable" in said, said
+
+
 def test_a_sigterm_ends_a_batch_as_ctrl_c_does(store, tmp_path):
     """`timeout` or a service stopping the batch sends SIGTERM: it ended the process silently, with
     no summary and no word of resuming."""

@@ -334,7 +334,8 @@ def report_summary(summary, console, language="en"):
     resumed = words["batch_resumed"].format(done=summary.already_done) if summary.resumed else ""
     console.print(Text(words["batch_summary"].format(
         run=summary.run_id, resumed=resumed, graded=summary.graded, reused=summary.reused,
-        unreadable=summary.unreadable, failures=len(summary.failures) + len(summary.grader_errors),
+        # every unreadable entry of the folder, each listed below (recorded now or by an earlier run)
+        unreadable=len(summary.unreadable_entries), failures=len(summary.failures) + len(summary.grader_errors),
         seconds=f"{summary.seconds:.1f}")))
     for key, name, outcome in summary.unreadable_entries:
         reason = feedback.message(outcome, language).splitlines()[0]
