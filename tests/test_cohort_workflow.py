@@ -548,6 +548,16 @@ def test_a_group_member_the_roster_lacks_keeps_their_row_and_an_empty_roster_cel
         ("Marta Díaz", "marta@x.edu", "11"), ("pedro gil", "pedro@x.edu", "13")]
 
 
+def test_report_counts_students_as_gradebook_csv_has_them(store, tmp_path, capsys):
+    """A group of two is one submission and two gradebook rows: `report` said "students: 2"."""
+    group = [Submitter("Marta Díaz", "marta@x.edu", ""), Submitter("Pedro Gil", "pedro@x.edu", "")]
+    record(store, [("submission_103", group, outcomes()), ("submission_104", [Submitter("Luz", "luz@x.edu", "")], outcomes())])
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path), "--lang", "en"]) == 0
+    assert "students: 3 " in capsys.readouterr().out
+    with open(tmp_path / "out" / "gradebook.csv", encoding="utf-8-sig", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 3
+
+
 def test_a_later_gradescope_submission_replaces_the_student_s_earlier_one_in_any_batch_order(store):
     """Gradescope gives a resubmission a new, larger submission_N: after a re-downloaded export,
     Luis had two rows in every file (0 and 48); batching the older export again after the newer one

@@ -598,9 +598,10 @@ def cmd_report(args):
         print(f"{words['warnings']}: {warning}", file=sys.stderr)
     described = (words["report_view_run"].format(run=view.run.id) if view.run else
                  words["report_view_cohort"].format(runs=", ".join(map(str, sorted(view.counts)))))
-    statuses = Counter(i.status for i in view.items)
+    students = rows_of(view.items, config)  # gradebook.csv's rows: a group's submission counts each member
+    statuses = Counter(row.status for row in students)
     summary = ", ".join(f"{words['status_' + s]}: {statuses[s]}" for s in STATUSES if statuses[s])
-    print(words["report_done"].format(rows=len(view.items), view=described, out=args.out) + f": {summary}")
+    print(words["report_done"].format(rows=len(students), view=described, out=args.out) + f": {summary}")
     return 0
 
 
