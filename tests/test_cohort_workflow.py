@@ -272,6 +272,21 @@ def test_the_summary_names_what_the_folder_held_besides_submissions(store, tmp_p
         assert line in console.export_text()
 
 
+def test_names_alike_in_one_folder_are_said_from_the_first_run_and_never_sent_to_each_other(store, tmp_path):
+    """ana.py, Ana.py and ana/ side by side: the first run said nothing, every later one told
+    ana.py to take the name Ana.py, which another entry already has."""
+    folder = write_folder(tmp_path / "cohort", ["ana.py", "Ana.py", "luis.py"])
+    write_folder(folder / "ana", ["attention.py"])
+    for _ in range(2):
+        summary = run_batch(folder, store, Instant())
+        assert [n for n in summary.notes if n[1] == "renamed_reupload"] == []
+        [(name, reason, other)] = summary.notes
+        assert reason == "alike_in_folder" and sorted([name, *other.split(", ")]) == ["Ana.py", "ana", "ana.py"]
+    console = Console(file=io.StringIO(), record=True, width=300)
+    batch.report_summary(summary, console, "en")
+    assert f"{name}: the folder also holds {other}" in console.export_text()
+
+
 def test_a_late_re_upload_under_another_extension_or_case_is_named(store, tmp_path):
     """luis.py for an earlier luis.zip, or Luis.py for luis.py, became a second student in silence."""
     run_batch(write_folder(tmp_path / "cohort", ["luis.zip", "ana.py"]), store, Instant())

@@ -229,10 +229,16 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
         summary = Summary(run_id=run.id, resumed=resumed, notes=notes)
         done = store.done(run.id)
         known = {stem(key).casefold(): key for key in store.keys(cohort)}
+        alike = {}  # entries of this folder whose names differ only in extension or case
+        for entry in found:
+            alike.setdefault(stem(entry.key).casefold(), []).append(entry.key)
+        for keys in alike.values():
+            if len(keys) > 1:
+                summary.notes.append((keys[0], "alike_in_folder", ", ".join(keys[1:])))
         pending = {}
         for entry in found:
             other = known.get(stem(entry.key).casefold())
-            if other not in (None, entry.key):  # luis.py for an earlier luis.zip, Luis.py for luis.py
+            if other not in (None, *alike[stem(entry.key).casefold()]):  # luis.py for an earlier luis.zip
                 summary.notes.append((entry.key, "renamed_reupload", other))
             content_hash, task, outcomes, graded_file = _load(entry, config)
             if task is None:
