@@ -29,6 +29,8 @@ def cmd_grade(args):
     print(f"isolation: {_isolation(graded.isolation)}")
     if args.out:
         print(f"results: {Path(args.out) / 'results.json'}  ({graded.seconds:.1f} s)")
+    else:
+        print(f"results: none written (give --out FOLDER for results.json)  ({graded.seconds:.1f} s)")
     internal = [o for o in graded.outcomes if o.code == "grader_error"]
     if internal:
         print(f"grader error in {len(internal)} test(s): {internal[0].params.get('error')}", file=sys.stderr)

@@ -78,8 +78,11 @@ class Folder:
             raise UsageError(f"{self.path} was moved or replaced while grading (its parent folder is writable "
                              f"by others): write results under a folder only you can write (--out)")
         temporary = f".results-{os.getpid()}-{secrets.token_hex(4)}"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                             dir_fd=self.descriptor)
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                                 dir_fd=self.descriptor)
+        except OSError as exc:  # named as the folder given, not the temporary file's name
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         try:
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
                 json.dump(clean_tree(data), handle, ensure_ascii=False, indent=1)
