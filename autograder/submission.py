@@ -38,7 +38,10 @@ import importlib.util
 import io
 import json
 import os
+import pickle
 import re
+import resource
+import signal
 import stat
 import struct
 import symtable
@@ -108,13 +111,65 @@ class Submission:
 
 
 def load(path):
-    """The submission at `path`, or SubmissionUnreadable saying why not: never another exception."""
+    """The submission at `path`, or SubmissionUnreadable saying why not: never another exception.
+
+    Read in a child process limited to LOAD_CPU_S seconds of CPU (_bounded): the limits above
+    bound each input, but not every pass of the notebook reader over them (uploads of 0.2 to 2 MB
+    held the grader's own process for minutes to hours, before any worker, and left no
+    results.json: names looked up by computed keys against thousands of assignments, thousands of
+    classes naming one metaclass). Whatever the reading costs, it ends within the limit."""
+    return _bounded(_verdict, Path(path))
+
+
+def _verdict(path):
     try:
-        return _load(Path(path))
+        return _load(path)
     except SubmissionUnreadable:
         raise
     except Exception as exc:  # unforeseen: still a verdict the student can act on, not a crash
         raise SubmissionUnreadable("unreadable", error=type(exc).__name__) from None
+
+
+# CPU seconds the reading of one submission may take (every notebook of a folder or zip together):
+# a 2 MiB notebook of 119k assignments, at the code limit, reads in ~8 s here.
+LOAD_CPU_S = 30
+
+
+def _bounded(read, path):
+    """read(path) in a forked child under RLIMIT_CPU = LOAD_CPU_S, its Submission or
+    SubmissionUnreadable sent back through a pipe; past the limit, SubmissionUnreadable
+    "too_costly". Where the platform cannot fork, read(path) here."""
+    if not hasattr(os, "fork"):
+        return read(path)
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the grader's code
+        status = 1
+        try:
+            os.close(reading)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps a core
+            resource.setrlimit(resource.RLIMIT_CPU, (LOAD_CPU_S, LOAD_CPU_S + 5))
+            try:
+                answer = ("ok", read(path))
+            except SubmissionUnreadable as exc:
+                answer = ("unreadable", exc.code, exc.params)
+            with os.fdopen(writing, "wb") as pipe:
+                pipe.write(pickle.dumps(answer))
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
+        raise SubmissionUnreadable("too_costly", limit_s=LOAD_CPU_S)
+    if not data or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        raise SubmissionUnreadable("unreadable", error=f"reader ended with status {status}")
+    answer = pickle.loads(data)
+    if answer[0] == "unreadable":
+        raise SubmissionUnreadable(answer[1], **answer[2])
+    return answer[1]
 
 
 def _load(path):
@@ -436,6 +491,8 @@ def _decode(data, name):
     if name.lower().endswith(".ipynb") or _renamed_notebook(text):
         text = notebook_source(text, name)
     else:
+        if data.startswith(codecs.BOM_UTF8) and _declares_another_encoding(data):
+            raise SubmissionUnreadable("bom_and_another_encoding", file=name)
         text = _main_block_dropped(text)
         if cell_lines(text) is not None:  # a .py ending in the notebook map's line would have its errors
             text += "\n" if text.endswith("\n") else "\n\n"  # shown at cells it chose: a blank line after it
@@ -506,6 +563,17 @@ def _declared_encoding(data, name):
     if not _python_reads(data, text, name):
         raise SubmissionUnreadable("not_utf8", file=name)
     return text
+
+
+def _declares_another_encoding(data):
+    """Whether a .py's first two lines declare an encoding Python refuses beside a UTF-8 BOM
+    (`# -*- coding: latin-1 -*-`: "encoding problem: latin-1 with BOM"): neither `python file.py`
+    nor an import runs it, so it must not be graded as the UTF-8 text it also is."""
+    try:
+        tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        return True
+    return False
 
 
 def _python_reads(data, text, name):
@@ -1662,7 +1730,7 @@ def _registering(statements):
     for statement in statements:
         if statement.kind == "statement" and _LAMBDA_BOUND.match(statement.text):
             lambdas.setdefault(_LAMBDA_BOUND.match(statement.text)[1], []).append(statement)
-    called, hooked = {}, {}
+    called, hooked, made = {}, {}, {}
 
     def changed_by_calling(name):  # what calling the notebook's function `name` (a def, or a lambda bound to it) changes
         if name not in called:
@@ -1691,14 +1759,15 @@ def _registering(statements):
         return hooked.get(name, set())
 
     def changed_by_metaclass(name):  # what a class made by the notebook's metaclass `name` changes
-        found = set()
-        for statement in defined.get(name, ()):
-            node = definition(statement)
-            if isinstance(node, ast.ClassDef):
-                for method in node.body:
-                    if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name in ("__new__", "__init__"):
-                        found |= _globals_changed(method)
-        return found
+        if name not in made:  # read once: thousands of classes may name one metaclass
+            made[name] = set()
+            for statement in defined.get(name, ()):
+                node = definition(statement)
+                if isinstance(node, ast.ClassDef):
+                    for method in node.body:
+                        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name in ("__new__", "__init__"):
+                            made[name] |= _globals_changed(method)
+        return made[name]
 
     for group in defined.values():
         for statement in group:
@@ -2209,7 +2278,8 @@ def _names_looked_up(binders, limit=DYNAMIC_LOOKUPS):
         if not computed or not pieces:
             return ()
         budget[0] -= 1
-        return [name for name in binders if any(piece in name for piece in pieces)]
+        holds = re.compile("|".join(map(re.escape, sorted(pieces)))).search  # one pass a name, not one a piece
+        return [name for name in binders if holds(name)]
     return looked_up
 
 

@@ -28,6 +28,14 @@ CODE = "import torch\n\n\nclass SelfAttention(torch.nn.Module):\n    pass\n"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
+@pytest.fixture(autouse=True)
+def read_here(monkeypatch, request):
+    """The reader in this process, so that bounded() measures its memory and time (load() reads in
+    a child under a CPU limit: test_a_reading_past_the_cpu_limit_is_refused_and_the_grader_goes_on)."""
+    if "read_in_a_child" not in request.keywords:
+        monkeypatch.setattr(submission, "_bounded", lambda read, path: read(path))
+
+
 def assert_explained(error):
     """A refusal the student can act on: a message in both languages that names only known
     parameters, and parameters that are valid text for results.json and the cohort store."""
@@ -568,3 +576,47 @@ def test_a_long_tuple_of_constants_is_not_parsed_by_the_grader(tmp_path, encodin
 
     result = bounded(load, mebibytes=40)  # a few copies of the 2 MiB text
     assert result == "not_utf8" if encoding == "latin-1" else isinstance(result, Submission)
+
+
+@pytest.mark.read_in_a_child
+def test_a_reading_past_the_cpu_limit_is_refused_and_the_grader_goes_on(tmp_path, monkeypatch):
+    """Notebooks of 0.2 to 2 MB held the grader's own process for minutes to hours before any
+    worker (thousands of computed-key lookups, or classes naming one metaclass): no results.json.
+    Whatever pass the reader makes, load() ends within LOAD_CPU_S of CPU."""
+    monkeypatch.setattr(submission, "LOAD_CPU_S", 1)
+    monkeypatch.setattr(submission, "_verdict", lambda path: [None for _ in iter(int, 1)])  # never ends
+    started = time.monotonic()
+    error = refused(write(tmp_path / "tarea.ipynb", "{}"))
+    assert error.code == "too_costly" and error.params == {"limit_s": 1}
+    assert time.monotonic() - started < HANG_S
+    monkeypatch.undo()
+    assert submission.load(write(tmp_path / "attention.py", CODE)).source == CODE  # the grader goes on
+
+
+@pytest.mark.read_in_a_child
+def test_a_submission_read_in_the_child_comes_back_whole_or_as_its_refusal(tmp_path):
+    assert submission.load(write(tmp_path / "attention.py", CODE)) == Submission(CODE, "attention.py", 1)
+    assert refused(write(tmp_path / "vacio" / "attention.py", "")).code == "empty"
+
+
+@pytest.mark.parametrize("declared, read", [("latin-1", False), ("utf-8", True)])
+def test_a_bom_beside_another_declared_encoding_is_refused_as_python_refuses_it(tmp_path, declared, read):
+    """Python: "encoding problem: iso-8859-1 with BOM", and the grader graded the UTF-8 text at 48."""
+    path = write(tmp_path / "attention.py", b"\xef\xbb\xbf" + f"# -*- coding: {declared} -*-\n{CODE}".encode())
+    if read:
+        assert submission.load(path).source.endswith(CODE)
+    else:
+        assert refused(path).code == "bom_and_another_encoding"
+
+
+@pytest.mark.parametrize("cells", [
+    # thousands of classes naming one notebook metaclass with a long __init__ (31 s for 258 KB)
+    ["class Meta(type):\n    def __init__(cls, *a, **k):\n" + "".join(f"        v{i} = {i}\n" for i in range(400))
+     + "        super().__init__(*a, **k)\n", "".join(f"class K{i}(metaclass=Meta): pass\n" for i in range(3000))],
+    # computed-key lookups, each with many strings, against thousands of names (40 s for 460 KB)
+    ["".join(f"x{i} = 0\n" for i in range(12_000)),
+     *[f"K = 'k'\nS = (globals().get(K) or 1.0) if {[f'p{j}q{i}' for j in range(60)]!r} else 1.0\n" for i in range(100)]],
+])
+def test_notebook_hooks_and_lookups_are_read_once_each(tmp_path, cells):
+    path = write(tmp_path / "tarea.ipynb", notebook([code_cell(c) for c in [*cells, CODE]]))
+    assert "class SelfAttention" in bounded(lambda: submission.load(path), mebibytes=512).source
