@@ -603,7 +603,7 @@ def test_feedback_catalogs_cover_every_failure_kind():
 
     # output_dtype: a complex output; uninitialized_parameters: lazy layers; module_internals;
     # missing_class_in_notebook: a notebook's kept code lacks a class; not_copyable: deepcopy refused
-    assert len(KINDS) == 31
+    assert len(KINDS) == 32
     for language in ("es", "en"):
         missing = {kind for kind in KINDS if f"submission.{kind}" not in feedback.catalog(language)["failures"]}
         assert not missing, (language, missing)

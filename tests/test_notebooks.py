@@ -1215,6 +1215,42 @@ def test_a_syntax_error_in_an_f_string_says_python_3_12_reads_it(cell):
     assert "3.12" not in feedback.message(plain, "es")
 
 
+@pytest.mark.parametrize("cell", [None, 4])
+def test_an_import_of_a_name_a_newer_python_has_says_so(cell):
+    """`from typing import override` runs in Colab (3.12): a bare ImportError told nothing."""
+    found = outcome("submission.import_error", exc_type="ImportError", line=3,
+                    message="cannot import name 'override' from 'typing' (/usr/lib/python3.11/typing.py)",
+                    **({} if cell is None else {"cell": cell}))
+    for language, words in (("es", ("importa override de typing", "try/except ImportError")),
+                            ("en", ("imports override from typing", "try/except ImportError"))):
+        text = feedback.message(found, language)
+        assert all(word in text for word in words), text
+
+
+@pytest.mark.parametrize("line, newer", [("type Tensor = torch.Tensor", True), ("def escalar[T](s: T) -> T:", True),
+                                         ("class Pila[T]:", True), ("    type X[T] = list[T]", True),
+                                         ("tipo = type(x)", False), ("def f(x):", False), ("x = d[0]", False)])
+def test_python_3_12_type_parameter_syntax_is_told_apart(line, newer):
+    assert (submission.newer_syntax_line(f"import torch\n{line}\n", 2) is not None) == newer
+
+
+def test_a_dropped_cell_that_binds_a_type_alias_the_classes_use_is_reported_at_its_line():
+    """`type Tensor = torch.Tensor` (3.12) in a cell of its own, the classes annotated with Tensor:
+    the cell was read as binding `type`, dropped, and the student told «Tensor» was not defined."""
+    source = notebook_source(notebook("import torch", "type Tensor = torch.Tensor",
+                                      "class SelfAttention(torch.nn.Module):\n    def forward(self, x: Tensor):\n        return x"))
+    assert source.startswith("type Tensor = torch.Tensor")  # alone: the worker reports its line
+
+
+def test_a_written_module_whose_main_demo_only_python_3_12_parses_is_kept_without_the_demo():
+    """As for a .py: `%%writefile attention.py` with a 3.12 f-string in its `__main__` demo scored 0."""
+    module = "%%writefile attention.py\nimport torch\n\nclass SelfAttention(torch.nn.Module):\n    pass\n\n" \
+             'if __name__ == "__main__":\n    d = {"n": 1}\n    print(f"{d["n"]}")\n'
+    source = notebook_source(notebook(module, "from attention import SelfAttention"))
+    assert "class SelfAttention" in source and 'f"{d["n"]}"' not in source
+    ast.parse(source)
+
+
 # Said only of a .py file: a notebook's IPython lines are dropped before it is imported.
 PY_FILES_ONLY = {"submission.syntax_error_ipython"}
 

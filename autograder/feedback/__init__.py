@@ -29,6 +29,7 @@ from ..worker.submission_errors import call_does_not_fit
 CATALOG_DIR = Path(__file__).resolve().parent  # the engine's catalogs
 _MODULE_LINE = re.compile(r" \([^()\n]*, line \d+\)$")  # str(SyntaxError) adds a line of the module, not of the cell
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
+_NO_NAME = re.compile(r"cannot import name '([^']+)' from '([^']+)'")  # a name a newer version has
 _NOT_DEFINED = re.compile(r"name '([^']+)' is not defined")  # Python's English, reworded by the catalog
 
 
@@ -476,6 +477,13 @@ def _unseen_tests_unnamed(tests, language):
 NAME_ERRORS = {"submission.import_error": "submission.name_error", "submission.exception": "submission.name_error_in_call"}
 
 
+def _missing_name(params, found):
+    """submission.missing_name for `from typing import override` where the grader's Python or
+    library lacks the name (most often one a newer version added, as Colab's has)."""
+    params["name"], params["module"] = found.group(1), found.group(2)
+    return "submission.missing_name"
+
+
 def _newer_syntax(code, message):
     """submission.syntax_error_fstring for a syntax error inside an f-string where the grader runs a
     Python older than 3.12: most often the quotes of the f-string reused inside it (f"{d["n"]}"),
@@ -503,6 +511,8 @@ def _template(outcome, failures):
             code = _newer_syntax(code, message)
             if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
                 code, params["module"] = "submission.missing_module", missing.group(1)
+            elif code == "submission.import_error" and _NO_NAME.search(message):
+                code = _missing_name(params, _NO_NAME.search(message))
             elif code in NAME_ERRORS and params.get("exc_type") == "NameError" and undefined:
                 # most often a name the notebook binds in code not kept; get_ipython, IPython's own:
                 # a line the classes depend on needs IPython (`x = !cmd`), which the grader lacks
@@ -517,6 +527,8 @@ def _template(outcome, failures):
     missing = _NO_MODULE.search(params["message"]) if isinstance(params.get("message"), str) else None
     if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
         code, params["module"] = "submission.missing_module", missing.group(1)
+    elif code == "submission.import_error" and isinstance(params.get("message"), str) and _NO_NAME.search(params["message"]):
+        code = _missing_name(params, _NO_NAME.search(params["message"]))
     code = _newer_syntax(code, params.get("message"))
     return _fitted(_in_function(failures.get(code, code or ""), params, failures), params), params
 

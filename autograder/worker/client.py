@@ -20,7 +20,7 @@ import time
 
 from ..errors import GraderBug, MachineError
 from . import protocol, wire
-from ..submission import cell_lines, ipython_command
+from ..submission import cell_lines, ipython_command, newer_syntax_line
 from ..text import clean_tree, json_needs_cleaning
 from .budgets import Budgets
 from .capture import OutputCapture
@@ -318,8 +318,10 @@ class Worker:
             # A notebook's IPython lines were dropped before import: only a .py can hold one.
             py_syntax_error = kind == "syntax_error" and self.cells is None
             command = ipython_command(self.source_text, error.get("line")) if py_syntax_error else None
-            self.fatal = SubmissionError(  # an IPython line's message is the line itself
-                "syntax_error_ipython" if command else kind, command or str(error.get("message", ""))[:500],
+            newer = newer_syntax_line(self.source_text, error.get("line")) if kind == "syntax_error" else None
+            self.fatal = SubmissionError(  # an IPython or Python 3.12 line's message is the line itself
+                "syntax_error_ipython" if command else "syntax_error_python312" if newer else kind,
+                command or newer or str(error.get("message", ""))[:500],
                 **self._where(error.get("line")), exc_type=_exception_type(error), op="import",
             )
             self.stop()

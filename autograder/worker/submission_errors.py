@@ -20,7 +20,7 @@ class Kind(NamedTuple):
 
 # Every kind of SubmissionError, each with its message `submission.<kind>` in the feedback catalogs.
 KINDS = {
-    "syntax_error": Kind(), "syntax_error_ipython": Kind(), "import_error": Kind(),
+    "syntax_error": Kind(), "syntax_error_ipython": Kind(), "syntax_error_python312": Kind(), "import_error": Kind(),
     "missing_class": Kind(reported=True), "not_implemented": Kind(reported=True),
     "missing_class_in_notebook": Kind(),  # missing_class, of a notebook: the client names it so
     "not_copyable": Kind(reported=True, input_dependent=True),  # copy.deepcopy refused the module
