@@ -493,6 +493,8 @@ def _decode(data, name):
     else:
         if data.startswith(codecs.BOM_UTF8) and _declares_another_encoding(data):
             raise SubmissionUnreadable("bom_and_another_encoding", file=name)
+        if text.startswith("\ufeff"):  # a second BOM: Python refuses it, the worker's copy would skip it
+            raise SubmissionUnreadable("bom_twice", file=name)
         text = _main_block_dropped(text)
         if cell_lines(text) is not None:  # a .py ending in the notebook map's line would have its errors
             text += "\n" if text.endswith("\n") else "\n\n"  # shown at cells it chose: a blank line after it
@@ -514,25 +516,46 @@ def _main_block_dropped(text):
     Imported, as the worker imports it, the file never runs that block, so leaving it out changes
     nothing the grade sees, while the syntax error it holds would cost every point: a demo written
     for a newer Python than the grader's (Colab's 3.12 reads f"{cfg["n"]}", 3.11 does not) in a
-    file that is right everywhere else. Every other line keeps its text and number. Where the
-    blanked text does not parse either (the error is elsewhere, an `else:` follows the block, a
-    string in it starts a line at column 0), the text is left as it is, for the worker to report
-    the error at its line. Compiled only up to MAX_CELL_CODE, as the stub check reads a .py."""
-    if len(text) > MAX_CELL_CODE or "__main__" not in text or _parses(text):
+    file that is right everywhere else. Every other line keeps its text and number. Only where
+    the block's lines are the lines Python reads (_blockable): else, or where the blanked text does
+    not compile either (the error is elsewhere, an `else:` follows the block), the text is left as
+    it is, for the worker to report the error at its line. Compiled only up to MAX_CELL_CODE, as
+    the stub check reads a .py."""
+    if len(text) > MAX_CELL_CODE or "__main__" not in text or _parses(text) or not _blockable(text):
         return text
-    lines = re.split(r"(?<=\n)", text)  # the line breaks Python counts (splitlines also splits at \f, \x1c...)
+    try:  # where tokens start: a guard or a line after a block inside a string is not code
+        starts = {token.start for token in tokenize.generate_tokens(io.StringIO(text).readline)}
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    lines = text.split("\n")  # _blockable: the only line break Python will see
     blanked = False
     for start, line in enumerate(lines):
         if not _MAIN_GUARD.match(line):
             continue
+        if (start + 1, 0) not in starts:
+            return text
         end = start + 1
         while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#"):
             end += 1
-        for i in range(start, end):
-            lines[i] = "\n" if lines[i].endswith("\n") else ""
+        if end < len(lines) and (end + 1, 0) not in starts and lines[end].strip():
+            return text  # the line after the block is inside a token (a string) the block opened
+        lines[start:end] = [""] * (end - start)
         blanked = True
-    kept = "".join(lines)
+    kept = "\n".join(lines)
     return kept if blanked and _parses(kept) else text
+
+
+def _blockable(text):
+    """Whether the lines split at "\n" are those Python reads, with their columns: no other line
+    break (a bare \r is one, for an import), no form feed (it resets the column), and no declared
+    encoding but UTF-8 (unicode_escape would make `\x22` a quote and `\n` a line break)."""
+    if "\x0c" in text or re.search("\r(?!\n)", text):
+        return False
+    declared = next((m.group(1) for line in text.split("\n", 2)[:2] if (m := _CODING.match(line))), None)
+    try:
+        return declared is None or codecs.lookup(declared).name == "utf-8"
+    except LookupError:
+        return False
 
 
 def _parses(text):

@@ -620,3 +620,9 @@ def test_a_bom_beside_another_declared_encoding_is_refused_as_python_refuses_it(
 def test_notebook_hooks_and_lookups_are_read_once_each(tmp_path, cells):
     path = write(tmp_path / "tarea.ipynb", notebook([code_cell(c) for c in [*cells, CODE]]))
     assert "class SelfAttention" in bounded(lambda: submission.load(path), mebibytes=512).source
+
+
+def test_two_byte_order_marks_are_refused_as_python_refuses_them(tmp_path):
+    """The loader took one off and the worker's UTF-8 copy skipped the other: 48 for a file that
+    neither `python attention.py` nor an import can read."""
+    assert refused(write(tmp_path / "attention.py", b"\xef\xbb\xbf" * 2 + CODE.encode())).code == "bom_twice"

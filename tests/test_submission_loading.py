@@ -374,7 +374,14 @@ def test_a_main_demo_the_grader_cannot_parse_is_left_out_line_for_line(tmp_path,
     CODE.replace("    pass", "    x = f'{cfg['n']}'") + "\n" + NEWER_DEMO,  # an error outside the block too
     CODE + "\n" + NEWER_DEMO + "else:\n    print('imported')\n",  # the else branch runs on import
     CODE + "\n" + NEWER_DEMO.replace('    print(f"heads', 'print(f"heads'),  # no block past the guard
+    # an outside attacker's: where the lines split at \n are not Python's, the rest of the file is not
+    # what it seems; each hid `X = 1.0` from the grade while Python ran it
+    CODE + "\n" + NEWER_DEMO + "  \x0cX = 1.0\n",  # a form feed: back at column 0, after the block
+    CODE + "\n" + NEWER_DEMO.replace("\n", "\r") + "X = 1.0\n",  # bare \r: line breaks to an import
+    CODE + "\n" + NEWER_DEMO + '    banner = """\nX = 0.5  # """\n',  # a string the block opens
+    "# -*- coding: unicode_escape -*-\n" + CODE + "\n" + NEWER_DEMO + '    print("demo\\x22)\\nX = 1.0\n',
 ])
 def test_a_syntax_error_the_main_block_does_not_hold_alone_is_left_for_the_worker(tmp_path, text):
-    loaded = submission.load(make_tree(tmp_path, {"attention.py": text}) / "attention.py")
-    assert loaded.source == text
+    path = make_tree(tmp_path, {"attention.py": ""}) / "attention.py"
+    path.write_bytes(text.encode())  # as written: no newline translation
+    assert submission.load(path).source == text
