@@ -126,6 +126,8 @@ def _verdict(path):
         return _load(path)
     except SubmissionUnreadable:
         raise
+    except MemoryError:  # past LOAD_MEMORY_MIB in the child (_bounded)
+        raise SubmissionUnreadable("too_costly", limit_s=LOAD_CPU_S, limit_mib=LOAD_MEMORY_MIB) from None
     except Exception as exc:  # unforeseen: still a verdict the student can act on, not a crash
         raise SubmissionUnreadable("unreadable", error=type(exc).__name__) from None
 
@@ -133,12 +135,16 @@ def _verdict(path):
 # CPU seconds the reading of one submission may take (every notebook of a folder or zip together):
 # a 2 MiB notebook of 119k assignments, at the code limit, reads in ~8 s here.
 LOAD_CPU_S = 30
+# MiB of memory the reading may take besides what the grader's process already held when it forked
+# (a notebook's parse trees are far below it: a cell over MAX_CELL_CODE is never parsed).
+LOAD_MEMORY_MIB = 1024
 
 
 def _bounded(read, path):
-    """read(path) in a forked child under RLIMIT_CPU = LOAD_CPU_S, its Submission or
-    SubmissionUnreadable sent back through a pipe; past the limit, SubmissionUnreadable
-    "too_costly". Where the platform cannot fork, read(path) here."""
+    """read(path) in a forked child under RLIMIT_CPU = LOAD_CPU_S and LOAD_MEMORY_MIB more address
+    space than the grader held, its Submission or SubmissionUnreadable sent back through a pipe;
+    past either limit, SubmissionUnreadable "too_costly". Where the platform cannot fork,
+    read(path) here."""
     if not hasattr(os, "fork"):
         return read(path)
     reading, writing = os.pipe()
@@ -149,6 +155,10 @@ def _bounded(read, path):
             os.close(reading)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps a core
             resource.setrlimit(resource.RLIMIT_CPU, (LOAD_CPU_S, LOAD_CPU_S + 5))
+            held = os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[0])
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            wanted = held + (LOAD_MEMORY_MIB << 20)
+            resource.setrlimit(resource.RLIMIT_AS, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
             try:
                 answer = ("ok", read(path))
             except SubmissionUnreadable as exc:
@@ -163,7 +173,7 @@ def _bounded(read, path):
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
-        raise SubmissionUnreadable("too_costly", limit_s=LOAD_CPU_S)
+        raise SubmissionUnreadable("too_costly", limit_s=LOAD_CPU_S, limit_mib=LOAD_MEMORY_MIB)
     if not data or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise SubmissionUnreadable("unreadable", error=f"reader ended with status {status}")
     answer = pickle.loads(data)
@@ -901,11 +911,21 @@ def _reimported(statements, writes):
                 public.setdefault(module, {}).update((n, None) for n in statement.binds if not n.startswith("_"))
                 bound.setdefault(module, {}).update((n, None) for n in statement.binds)
     result, binders, steps = [], {}, [REIMPORT_STEPS]  # binders: name -> indexes in result that bind it
+    room = [MAX_NOTEBOOK_CODE]  # bytes of copies: each is its binding's whole text again
 
     def add(statement):
         for name in statement.binds:
             binders.setdefault(name, []).append(len(result))
         result.append(statement)
+
+    def affordable(again):
+        """Whether the copies of `again` fit in what is left of the copies' bytes; past it, as past
+        REIMPORT_STEPS (an attacker's 700 imports of a 15 KB def: 1.2 GB while reading; of a
+        120 KB import line, a module of gigabytes sent back to the grader)."""
+        room[0] -= sum(own.end - own.start + latest.end - latest.start for own, latest in again.values())
+        if room[0] < 0:
+            steps[0] = -1
+        return room[0] >= 0
 
     def rebound(names, cells):
         """{name: (the module's binding, the latest)} of each name rebound since the module's cells
@@ -931,7 +951,7 @@ def _reimported(statements, writes):
             modules = [module for module in statement.reads if module in writing]
             cells = set().union(*(writing[module] for module in modules))
             again = rebound([n for module in modules for n in bound.get(module, ())], cells)
-            if again:
+            if again and affordable(again):
                 for own, _ in again.values():
                     add(_copy(own))
                 text = statement.text.replace("__import__(__name__)", _SNAPSHOT).encode()
@@ -951,7 +971,7 @@ def _reimported(statements, writes):
         module = statement.reads[0]
         again = rebound(public.get(module, ()) if statement.binds == ["*"] else statement.binds,
                         writing.get(module, set()))
-        if again is None:
+        if again is None or not affordable(again):
             continue  # past the bound: this import and the later ones are dropped, as before
         for own, _ in again.values():
             add(_copy(own))
@@ -1686,7 +1706,14 @@ def _attached_or_dropped(statements):
     name (`utils.add_to_class`); dropped otherwise: another function may do anything (train, plot).
     One whose class only its first parameter's annotation names (_patching) is, otherwise, the
     plain definition it was before (a decorated helper `def f(self: SelfAttention)` of another kind)."""
-    defined = {name for s in statements if s.kind in ("definition", "statement") and _sets_attributes(s.text)
+    setting = {}  # by text: a reimport's copies of a binding are read once
+
+    def sets_attributes(text):
+        if text not in setting:
+            setting[text] = _sets_attributes(text)
+        return setting[text]
+
+    defined = {name for s in statements if s.kind in ("definition", "statement") and sets_attributes(s.text)
                for name in s.binds}
     for statement in statements:  # names bound to such a function, in the notebook's order
         if statement.kind == "statement":
@@ -1748,16 +1775,17 @@ def _registering(statements):
     whose `__init_subclass__` registers its subclasses, a metaclass of the notebook whose
     `__new__` or `__init__` does. `SelfAttention = REGISTRO["SelfAttention"]` then keeps the class
     that put it there (dropped, as nothing names it, the lookup failed: 0/48)."""
-    parsed = {}
+    parsed = {}  # by text: a reimport's copies of a binding are one definition, parsed once
 
     def definition(statement):
-        if statement not in parsed:
+        text = statement.text
+        if text not in parsed:
             try:
-                body = ast.parse(statement.text).body if statement.text.startswith(("@", "class ", "def ", "async ")) else ()
+                body = ast.parse(text).body if text.startswith(("@", "class ", "def ", "async ")) else ()
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 body = ()
-            parsed[statement] = body[0] if len(body) == 1 and isinstance(body[0], (*_DEFINITIONS,)) else None
-        return parsed[statement]
+            parsed[text] = body[0] if len(body) == 1 and isinstance(body[0], (*_DEFINITIONS,)) else None
+        return parsed[text]
 
     defined = {}  # name -> the statements defining it as a def or class
     for statement in statements:

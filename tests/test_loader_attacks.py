@@ -587,7 +587,7 @@ def test_a_reading_past_the_cpu_limit_is_refused_and_the_grader_goes_on(tmp_path
     monkeypatch.setattr(submission, "_verdict", lambda path: [None for _ in iter(int, 1)])  # never ends
     started = time.monotonic()
     error = refused(write(tmp_path / "tarea.ipynb", "{}"))
-    assert error.code == "too_costly" and error.params == {"limit_s": 1}
+    assert error.code == "too_costly" and error.params == {"limit_s": 1, "limit_mib": submission.LOAD_MEMORY_MIB}
     assert time.monotonic() - started < HANG_S
     monkeypatch.undo()
     assert submission.load(write(tmp_path / "attention.py", CODE)).source == CODE  # the grader goes on
@@ -626,3 +626,23 @@ def test_two_byte_order_marks_are_refused_as_python_refuses_them(tmp_path):
     """The loader took one off and the worker's UTF-8 copy skipped the other: 48 for a file that
     neither `python attention.py` nor an import can read."""
     assert refused(write(tmp_path / "attention.py", b"\xef\xbb\xbf" * 2 + CODE.encode())).code == "bom_twice"
+
+
+@pytest.mark.read_in_a_child
+def test_a_reading_past_the_memory_limit_is_refused_and_the_grader_keeps_its_memory(tmp_path, monkeypatch):
+    """An attacker's 400 KB notebook made the reader build a module of 1.4 GB and send it back
+    (closed where it arose: a reimport's copies have a byte budget); any other pass that grows
+    stops at LOAD_MEMORY_MIB, in the child."""
+    monkeypatch.setattr(submission, "LOAD_MEMORY_MIB", 64)
+    monkeypatch.setattr(submission, "_load", lambda path: bytearray(1 << 30))
+    error = refused(write(tmp_path / "tarea.ipynb", "{}"))
+    assert error.code == "too_costly" and error.params == {"limit_s": submission.LOAD_CPU_S, "limit_mib": 64}
+
+
+def test_copies_of_a_written_module_s_binding_have_a_byte_budget():
+    """`%%writefile m.py` holding one long import, then cells that rebind its name and import it
+    again: each import copied the binding (the attacker's 412 KB upload became 1.44 GB of module)."""
+    cells = ["%%writefile m.py\nimport" + " " * 60_000 + "math as F\n",
+             *["F = 0\nfrom m import F\n"] * 200, CODE.replace("pass", "f = F")]
+    source = bounded(lambda: submission.notebook_source(notebook([code_cell(c) for c in cells])), mebibytes=256)
+    assert len(source) < 3 * submission.MAX_NOTEBOOK_CODE
