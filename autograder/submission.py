@@ -846,8 +846,6 @@ def _line_binds(line):
     head = 1 if strings[:1] == ["async"] else 0
     if strings[head:head + 1] in (["def"], ["class"]):
         return set(strings[head + 1:head + 2])
-    if strings[:1] == ["type"] and len(line) > 2 and line[1][0] == tokenize.NAME and strings[2] in ("=", "["):
-        return {strings[1]}  # Python 3.12's `type Tensor = torch.Tensor`
     if strings[:1] in (["import"], ["from"]):
         if "*" in strings:
             return None
