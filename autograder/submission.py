@@ -155,10 +155,7 @@ def _bounded(read, path):
             os.close(reading)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps a core
             resource.setrlimit(resource.RLIMIT_CPU, (LOAD_CPU_S, LOAD_CPU_S + 5))
-            held = os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[0])
-            _, hard = resource.getrlimit(resource.RLIMIT_AS)
-            wanted = held + (LOAD_MEMORY_MIB << 20)
-            resource.setrlimit(resource.RLIMIT_AS, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+            _limit_address_space(LOAD_MEMORY_MIB << 20)
             try:
                 answer = ("ok", read(path))
             except SubmissionUnreadable as exc:
@@ -180,6 +177,18 @@ def _bounded(read, path):
     if answer[0] == "unreadable":
         raise SubmissionUnreadable(answer[1], **answer[2])
     return answer[1]
+
+
+def _limit_address_space(more):
+    """RLIMIT_AS at what this process holds plus `more` bytes; where /proc cannot say what it holds
+    (not Linux), no limit: the CPU limit still ends any reading."""
+    try:
+        held = os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    wanted = held + more if hard == resource.RLIM_INFINITY else min(held + more, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
 
 
 def _load(path):
