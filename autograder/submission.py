@@ -21,7 +21,9 @@ crash here would leave no results.json at all. The limits are far above any hone
   128 KiB (pasted data, say) is dropped unparsed, as if it were text: the classes lose only what
   they take from it. A .py (or a zip's member) is parsed here only up to that size too (whether
   it is still the stub, whether Python reads its declared encoding); the worker, under its
-  limits, is what compiles it whole.
+  limits, is what compiles it whole;
+- the whole reading: LOAD_CPU_S = 30 s of CPU and LOAD_MEMORY_MIB = 1 GiB of memory, in a forked
+  child (load), whatever pass of the notebook reader an upload makes costly.
 
 Symbolic links are refused wherever they appear (the submission itself, any entry of a folder at
 any depth, any member of a zip): as root, following one would grade another student's file or
