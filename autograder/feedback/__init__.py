@@ -501,36 +501,38 @@ def _unkept_name(outcome):
 
 def _template(outcome, failures):
     """(template, parameters) of an outcome's first line: for a notebook's, the form naming its cell."""
-    params = {"cls": outcome.cls, **outcome.params}
-    cell = params.get("cell")
+    cell = outcome.params.get("cell")
     if isinstance(cell, int) and not isinstance(cell, bool):
-        code, message = outcome.code, params.get("message")
-        if isinstance(message, str):
-            params["message"] = _MODULE_LINE.sub("", message)
-            missing, undefined = _NO_MODULE.search(message), _NOT_DEFINED.search(message)
-            code = _newer_syntax(code, message)
-            if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
-                code, params["module"] = "submission.missing_module", missing.group(1)
-            elif code == "submission.import_error" and _NO_NAME.search(message):
-                code = _missing_name(params, _NO_NAME.search(message))
-            elif code in NAME_ERRORS and params.get("exc_type") == "NameError" and undefined:
-                # most often a name the notebook binds in code not kept; get_ipython, IPython's own:
-                # a line the classes depend on needs IPython (`x = !cmd`), which the grader lacks
-                params["name"] = undefined.group(1)
-                code = "submission.ipython_needed" if params["name"] == "get_ipython" else NAME_ERRORS[code]
+        code, params = _read_message(outcome, in_cell=True)
         template = failures.get(f"{code}.in_cell")
         if template:
             return _fitted(_in_function(template, params, failures), params), params
+    code, params = _read_message(outcome, in_cell=False)
+    return _fitted(_in_function(failures.get(code, code or ""), params, failures), params), params
+
+
+def _read_message(outcome, in_cell):
+    """(code, parameters) of an outcome once Python's message is read: a missing module or name, a
+    name the notebook binds in code not kept, a syntax only a newer Python reads each get their own
+    text. The message loses the worker's module line where it would mislead: always in a cell,
+    whose lines are not the module's, and for a syntax error (the student's file has another name)."""
     params, code = {"cls": outcome.cls, **outcome.params}, outcome.code
-    if (code or "").startswith("submission.syntax_error") and isinstance(params.get("message"), str):
-        params["message"] = _MODULE_LINE.sub("", params["message"])  # the worker's file name: the student's is another
-    missing = _NO_MODULE.search(params["message"]) if isinstance(params.get("message"), str) else None
+    message = params.get("message")
+    if not isinstance(message, str):
+        return code, params
+    if in_cell or (code or "").startswith("submission.syntax_error"):
+        params["message"] = _MODULE_LINE.sub("", message)
+    missing, no_name = _NO_MODULE.search(message), _NO_NAME.search(message)
     if code == "submission.import_error" and params.get("exc_type") == "ModuleNotFoundError" and missing:
         code, params["module"] = "submission.missing_module", missing.group(1)
-    elif code == "submission.import_error" and isinstance(params.get("message"), str) and _NO_NAME.search(params["message"]):
-        code = _missing_name(params, _NO_NAME.search(params["message"]))
-    code = _newer_syntax(code, params.get("message"))
-    return _fitted(_in_function(failures.get(code, code or ""), params, failures), params), params
+    elif code == "submission.import_error" and no_name:
+        code = _missing_name(params, no_name)
+    elif in_cell and _unkept_name(outcome):
+        # most often a name the notebook binds in code not kept; get_ipython, IPython's own:
+        # a line the classes depend on needs IPython (`x = !cmd`), which the grader lacks
+        params["name"] = _NOT_DEFINED.search(message).group(1)
+        code = "submission.ipython_needed" if params["name"] == "get_ipython" else NAME_ERRORS[code]
+    return _newer_syntax(code, params["message"]), params
 
 
 def _in_function(template, params, failures):
