@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import yaml_reader
+from . import feedback, yaml_reader
 from .errors import UsageError
 from .exercise import EXERCISE
 
@@ -123,9 +123,8 @@ def _titled_properties(language):
     instead of failing every loadable submission as a grader bug once the suite is collected. None
     where the catalog cannot be read (the feedback layer then reports it)."""
     try:
-        titles = (yaml_reader.safe_load((EXERCISE.feedback / f"{language}.yml").read_text(encoding="utf-8"))
-                  or {}).get("titles")
-    except (OSError, yaml_reader.Error, AttributeError):
+        titles = feedback.catalog(language).get("titles")
+    except feedback.CatalogError:
         return None
     return frozenset(titles) if isinstance(titles, dict) and titles else None
 
