@@ -79,7 +79,6 @@ class Summary:
     already_done: int = 0
     graded: int = 0
     reused: int = 0
-    unreadable: int = 0
     failures: list = field(default_factory=list)  # (key, message): grading could not happen; retried on resume
     grader_errors: list = field(default_factory=list)  # (key, message): graded, but a check failed inside the grader
     seconds: float = 0.0
@@ -256,7 +255,6 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
                 summary.reused += 1
             elif task is None:
                 store.record_grading(run, entry.key, entry.submitters, content_hash, outcomes, replace=replace)
-                summary.unreadable += 1
             else:
                 pending[entry.key] = (entry, content_hash, task, replace, graded_file)
         if pending:
