@@ -238,6 +238,19 @@ dotted._modules["inner.0"] = nn.Linear(1, 1)  # and a module whose weight spells
 found = child.members(dotted)[0]
 print("dotted", found["a.weight"] is dotted.a.weight and found["(a.weight)"] is extra
       and found["inner.0.weight"] is dotted.inner[0].weight and len(found) == len(params) + 3)
+
+
+class Same(nn.Module):
+    def forward(self, weight):
+        return weight
+
+
+watched = Honest()
+torch.nn.utils.parametrize.register_parametrization(watched.a, "weight", Same())
+torch.nn.utils.parametrizations.weight_norm(watched.inner[2])  # two tensors: no one weight to name
+found, _, _, _, persistent = child.members(watched)
+print("parametrized", found["a.weight"] is watched.a.parametrizations.weight.original and "a.weight" in persistent
+      and "inner.2.parametrizations.weight.original0" in found and "inner.2.weight" not in found)
 """
 
 
@@ -245,12 +258,14 @@ def test_the_worker_reads_a_modules_members_as_nn_module_keeps_them(tmp_path):
     """Names and order as nn.Module's own methods give them (a shared layer under every name; its
     parameters once, under a contract layer's name where one is), the state_dict's keys; a
     submission overriding those methods (to hide a parameter without a gradient, say) hides
-    nothing from the worker."""
+    nothing from the worker. A weight torch.nn.utils.parametrize computes from one tensor is that
+    tensor, under the layer's name for it."""
     script = tmp_path / "members.py"
     script.write_text(MEMBERS.format(child_dir=str(CHILD_DIR)), encoding="utf-8")
     printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert printed.stdout.split() == ["params", "True", "buffers", "True", "modules", "True", "persistent", "True",
-                                      "preferred", "True", "lying", "True", "dotted", "True"], printed.stderr
+                                      "preferred", "True", "lying", "True", "dotted", "True",
+                                      "parametrized", "True"], printed.stderr
 
 
 IN_PLACE = r"""

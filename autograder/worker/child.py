@@ -178,11 +178,12 @@ def members(module, preferred=(), aliases=None):
         for kind, table in (("param", "_parameters"), ("buffer", "_buffers")):
             for name, value in own.get(table, {}).items():
                 if value is not None:
-                    found[kind].setdefault(id(value), [value, []])[1].append((dotted + name, irregular or _odd(name)))
+                    shown = _parametrized_name(current, prefix, name, regular_modules) or dotted + name
+                    found[kind].setdefault(id(value), [value, []])[1].append((shown, irregular or _odd(name)))
                     if kind == "buffer" and name in skipped:
                         transient.add(id(value))
                     else:
-                        persistent.append(dotted + name)
+                        persistent.append(shown)
         for name, child in own.get("_modules", {}).items():
             if child is not None:
                 visit(dotted + name, child, above | {id(current)}, irregular or _odd(name))
@@ -210,6 +211,22 @@ def members(module, preferred=(), aliases=None):
     modules = {**regular_modules, **{k: v for k, v in irregular_modules.items() if k not in regular_modules}}
     return (named("param"), buffers, {n for n, b in buffers.items() if id(b) in transient}, modules,
             persistent)
+
+
+def _parametrized_name(holder, prefix, name, modules):
+    """`W_Q.weight` for the tensor torch.nn.utils.parametrize keeps as
+    `W_Q.parametrizations.weight.original`: what the layer's code reads as its weight is computed
+    from it, and the grader looks the layer's weight up by the statement's name. Only where the
+    parametrization keeps one tensor (weight_norm's two are not one weight) and the layer has no
+    parameter of that name besides; else None (the name as it is)."""
+    owner_path, _, tensor = prefix.rpartition(".parametrizations.")
+    if (name != "original" or not tensor or type(holder).__name__ != "ParametrizationList"
+            or type(holder).__module__ != "torch.nn.utils.parametrize"):
+        return None
+    owner = modules.get(owner_path)
+    if owner is None or tensor in object.__getattribute__(owner, "__dict__").get("_parameters", {}):
+        return None
+    return f"{owner_path}.{tensor}" if owner_path else tensor
 
 
 def _odd(name):
@@ -394,7 +411,7 @@ class Worker:
         ({layer: [start, stop]}) loads only those output rows of a layer (weight and bias): qkv's
         value rows, say, leaving its query and key rows as the module set them. Returns every
         parameter's shape."""
-        own = members(module, self.layers[handle])[0]
+        own, _, _, submodules, _ = members(module, self.layers[handle])
         lazy = sorted(name for name, p in own.items() if isinstance(p, self.torch.nn.parameter.UninitializedParameter))
         if lazy:  # nn.LazyLinear: no shape until a first forward, which no statement's layer waits for
             raise StudentError("uninitialized_parameters", ", ".join(lazy)[:200])
@@ -409,10 +426,31 @@ class Worker:
                     # load["step"], as optimizer.step() writes, which counts in `_version`
                     target = own[name] if load.get("step") else own[name].data
                     rows = load.get("rows", {}).get(name.rsplit(".", 1)[0])
-                    if rows is not None:
+                    value = self.torch.from_numpy(value)
+                    parametrized = self._parametrizations(submodules, name, own[name])
+                    if parametrized is not None:  # the weight the layer computes is to be the value
+                        if rows is not None:
+                            value = self.torch.cat([getattr(*parametrized[0])[:rows[0]], value[rows[0]:rows[1]],
+                                                    getattr(*parametrized[0])[rows[1]:]])
+                        for step in reversed(parametrized[1]):
+                            value = step.right_inverse(value) if hasattr(step, "right_inverse") else value
+                    elif rows is not None:
                         target, value = target[rows[0]:rows[1]], value[rows[0]:rows[1]]
-                    target.copy_(self.torch.from_numpy(value))
+                    target.copy_(value)
         return shapes
+
+    @staticmethod
+    def _parametrizations(submodules, name, parameter):
+        """((layer, tensor name), its parametrizations) where `name` (members') is a tensor that
+        torch.nn.utils.parametrize computes from `parameter`: loaded as torch loads it at
+        registration, through each right_inverse, so that the layer computes the values chosen.
+        Else None."""
+        owner, _, tensor = name.rpartition(".")
+        steps = submodules.get(f"{owner}.parametrizations.{tensor}" if owner else "")
+        if (owner not in submodules or type(steps).__name__ != "ParametrizationList"
+                or object.__getattribute__(steps, "__dict__").get("_parameters", {}).get("original") is not parameter):
+            return None
+        return (submodules[owner], tensor), list(steps)
 
     def op_describe(self, handle):
         """What only some checks read: buffers (with their values), the state_dict's keys, which
