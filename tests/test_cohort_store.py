@@ -219,3 +219,25 @@ def test_unreadable_archive_is_a_batch_error(tmp_path):
             pass
     with pytest.raises(gradescope_export.ExportError):
         gradescope_export.read(tmp_path / "missing.yml")
+
+
+def test_a_store_this_process_may_only_read_is_read_from_a_private_copy(tmp_path, monkeypatch):
+    """A co-TA with read access only, or a store on a read-only mount: `report` and `diff` read it
+    (what a batch committed but SQLite had not yet moved out of -wal included), leave it as it
+    was, and remove their copy."""
+    from autograder.cohort import store as store_module
+
+    path = tmp_path / "cohort.sqlite"
+    writer = Store(path)
+    run, _ = begin(writer)
+    writer.record_grading(run, "ana", [], "hash-a", OUTCOMES)  # the writer stays open: its commit is in -wal
+    assert Path(f"{path}-wal").stat().st_size > 0
+    before = path.read_bytes()
+    monkeypatch.setattr(store_module, "_writable", lambda path: False)
+    reader = Store(path, create=False)
+    copy = reader._copy
+    assert copy is not None and [r.key for r in reader.results(reader.run("c"))] == ["ana"]
+    reader.close()
+    assert not copy.exists() and path.read_bytes() == before
+    writer.close()
+

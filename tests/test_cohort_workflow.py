@@ -9,8 +9,11 @@ import csv
 import io
 import os
 import re
+import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -817,3 +820,27 @@ def test_a_store_from_before_run_scopes_is_upgraded_when_opened(tmp_path):
     again, resumed = store.begin_run("c", "v", "s", "y", "/f", False)
     assert resumed and again.id == 1
     store.close()
+
+
+def test_a_store_on_a_read_only_mount_is_read(tmp_path):
+    """`report` and `diff` read a store on a read-only mount (even root cannot write there, and
+    SQLite opens a WAL store for reading only where it can write its -shm beside it)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a private read-only mount")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "cohort.sqlite"
+    writer = Store(path)
+    run, _ = writer.begin_run("c", "0.1.0", "s1", "grading: yml", "/submissions", False)
+    writer.record_grading(run, "ana", [], "hash-a", [Outcome("SelfAttention", "shapes", "passed")])
+    writer.finish_run(run.id)
+    writer.close()
+    script = ("from autograder.cohort.store import Store\n"
+              f"store = Store({str(path)!r}, create=False)\n"
+              "print([r.key for r in store.results(store.run('c'))])\nstore.close()\n")
+    mount = f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && {sys.executable} -c \"$0\""
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", mount, script],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    if "mount" in done.stderr and done.returncode != 0 and "Store" not in done.stderr:
+        pytest.skip(f"no private read-only mount here: {done.stderr.strip()[:200]}")
+    assert done.stdout.strip() == "['ana']", done.stderr

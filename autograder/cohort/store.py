@@ -40,8 +40,10 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import sqlite3
 import stat
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -205,6 +207,12 @@ def _make_private(path):
         pass
 
 
+def _writable(path):
+    """Whether this process may write the store and, for SQLite's -wal and -shm, its folder: else
+    (a co-TA's read-only access, a read-only mount) `report` and `diff` read a private copy."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
 # The first bytes of every SQLite database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -216,8 +224,33 @@ class Store:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"no store at {self.path}: grade a cohort into it with `batch` first, or give --db")
+        self._copy = None  # a folder of our own holding a copy of a store this process may only read
+        try:
+            self._open(self._private_copy() if not create and not _writable(self.path) else self.path)
+        except BaseException:
+            self._drop_copy()
+            raise
+
+    def _private_copy(self):
+        """A copy of the store (and of its -wal: what a batch committed but did not yet write into
+        the file) in a folder of our own, where SQLite can keep its -shm and upgrade an older store."""
+        self._copy = Path(tempfile.mkdtemp(prefix="autograder-store-"))
+        copy = self._copy / "store.sqlite"
+        try:
+            for suffix in ("", "-wal"):
+                if Path(f"{self.path}{suffix}").exists():
+                    shutil.copyfile(f"{self.path}{suffix}", f"{copy}{suffix}")
+        except OSError as exc:
+            raise StoreError(f"cannot read the store {self.path}: {exc.strerror}") from None
+        return copy
+
+    def _drop_copy(self):
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
+
+    def _open(self, opened):
         try:  # SQLite takes an empty file as a new store; any other file is someone else's
-            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            descriptor = os.open(opened, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 header = os.read(descriptor, len(SQLITE_HEADER))
             finally:
@@ -226,9 +259,9 @@ class Store:
             raise StoreError(f"cannot open the store {self.path}: {exc.strerror}") from None
         if header and header != SQLITE_HEADER:
             raise StoreError(f"{self.path} is not a store (a SQLite file): give --db a store made by `batch`")
-        for file in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+        for file in (opened, Path(f"{opened}-wal"), Path(f"{opened}-shm")):
             _make_private(file)
-        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db = sqlite3.connect(opened, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # a killed process loses nothing committed
         self.db.execute("PRAGMA foreign_keys=ON")
@@ -255,6 +288,7 @@ class Store:
 
     def close(self):
         self.db.close()
+        self._drop_copy()
 
     # ---- the one batch writing ----------------------------------------------------------------
     @contextlib.contextmanager
