@@ -95,14 +95,18 @@ def _score(value):
 def print_changes(changes, old_label, new_label, console, language="en"):
     """The changes as a table in `language`; names, keys and cohorts go in as Text, so rich reads no
     [markup] in them. Text columns fold (wrap anywhere) rather than cut, and the properties column
-    is as wide as its longest "Class.property:" when the terminal allows (about 90 columns): keys and
-    names fold first."""
+    is as wide as its longest "Class.property:" when the terminal allows (about 90 columns); where
+    it does not, each class's name heads its properties, one per line, so that no name is split
+    (down to about 60 columns): keys and names fold first."""
     words = feedback.catalog(language)["report"]
     table = Table(title=Text(f"{old_label} → {new_label}"))
-    longest = max((len(f"{c}.{p}:") for change in changes for c, p, _, _ in change.properties), default=10)
+    listed = [(c, p) for change in changes for c, p, _, _ in change.properties]
+    dotted = max((len(f"{c}.{p}:") for c, p in listed), default=10)
     numbers = sum(max(len(words[n]), 4) for n in ("diff_old", "diff_new")) + 4 + 19  # with Δ, borders, padding
     room = console.width - numbers
-    properties = min(longest, room - 20) if room >= 30 else None  # leave key and name 10 columns each
+    grouped = room - 20 < dotted  # leave key and name 10 columns each
+    longest = max((max(len(c) + 1, len(p) + 3) for c, p in listed), default=10) if grouped else dotted
+    properties = min(longest, room - 20) if room >= 30 else None
     text = max(10, (room - properties) // 2) if properties else None
     for name in ("diff_submission", "diff_student", "diff_old", "diff_new", "Δ", "diff_properties"):
         numeric = name in ("diff_old", "diff_new", "Δ")
@@ -111,11 +115,27 @@ def print_changes(changes, old_label, new_label, console, language="en"):
                          max_width=None if numeric or name == "diff_properties" else text)
     for change in changes:
         delta = "" if change.old is None or change.new is None else f"{change.new - change.old:+g}"
-        props = "\n".join(f"{c}.{p}: {words.get(a, a)} → {words.get(b, b)}" for c, p, a, b in change.properties)
-        table.add_row(Text(change.key), Text(change.name), _score(change.old), _score(change.new), delta, Text(props))
+        table.add_row(Text(change.key), Text(change.name), _score(change.old), _score(change.new), delta,
+                      Text(_properties(change.properties, words, grouped)))
     console.print(table)
     moved = sum(1 for c in changes if c.old is not None and c.new is not None and c.old != c.new)
     console.print(Text(words["diff_summary"].format(moved=moved, differ=len(changes))))
+
+
+def _properties(properties, words, grouped):
+    """One line a property ("Class.property: before → after"), or, grouped, the class's name on a
+    line of its own above its properties."""
+    lines, heading = [], None
+    for cls, prop, before, after in properties:
+        change = f"{words.get(before, before)} → {words.get(after, after)}"
+        if not grouped:
+            lines.append(f"{cls}.{prop}: {change}")
+            continue
+        if cls != heading:
+            lines.append(f"{cls}:")
+            heading = cls
+        lines.append(f"  {prop}: {change}")
+    return "\n".join(lines)
 
 
 def cmd_diff(args):
