@@ -61,9 +61,15 @@ class Scorecard(Sequence):
         """Class -> points earned in it, in grading order."""
         return {cls: sum(t.score for t in self.tests if t.cls == cls) for cls in self.classes}
 
-    def shown(self):
-        """The tests a student's report page shows: all but the hidden ones."""
-        return [t for t in self.tests if t.visibility != "hidden"]
+    def shown(self, before_due_date=False):
+        """The tests a student's report page shows: all but the hidden ones; before the due date,
+        as Gradescope shows them then, not those shown only after it or once grades are published."""
+        unseen = ("hidden", *(LATER if before_due_date else ()))
+        return [t for t in self.tests if t.visibility not in unseen]
+
+
+# Visibilities whose results Gradescope shows a student only later (the page marks them).
+LATER = ("after_due_date", "after_published")
 
 
 def score(outcomes, config):

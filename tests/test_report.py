@@ -148,3 +148,26 @@ def test_diff_names_whose_score_and_which_properties_changed(cohort):
         ("submission_2", 46, 48, (("SelfAttention", "scale", "failed", "passed"),)),
         ("submission_3", None, 48, ()),
     ]
+
+
+def test_pages_mark_what_is_shown_after_the_due_date_and_can_leave_it_out(cohort):
+    """Gradescope shows an after_due_date test only once the date has passed: a page handed out
+    earlier must not show it unmarked (an outside TA's finding), and --before-due-date leaves it out,
+    with the total, as Gradescope does then."""
+    store, tmp = cohort
+    later = [p for p in CONFIG.properties if p.visibility == "after_due_date"]
+    assert later, "grading.yml holds no after_due_date test to check this with"
+    title = f"{later[0].cls}: "
+    assert main(["report", "--cohort", "c", "--out", str(tmp / "after"), "--db", str(tmp / "store.sqlite")]) == 0
+    page = (tmp / "after" / "students" / "submission_2.md").read_text(encoding="utf-8")
+    marked = [line for line in page.splitlines() if line.startswith("| ") and "(tras la fecha)" in line]
+    assert len(marked) == len(later) and "se muestra recién después de la fecha límite" in page
+    assert "**Total: 46 / 48**" in page
+    html = (tmp / "after" / "students" / "submission_2.html").read_text(encoding="utf-8")
+    assert html.count("(tras la fecha)") == len(later)
+    assert main(["report", "--cohort", "c", "--out", str(tmp / "before"), "--db", str(tmp / "store.sqlite"),
+                 "--before-due-date"]) == 0
+    page = (tmp / "before" / "students" / "submission_2.md").read_text(encoding="utf-8")
+    assert "(tras la fecha)" not in page and "Total:" not in page and title in page
+    rows = gradebook(tmp / "before" / "gradebook.csv")
+    assert rows[2]["Total Score"] == "46"  # the staff's gradebook keeps every test

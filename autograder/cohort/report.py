@@ -14,7 +14,9 @@ visibility) and rendered in the chosen language.
   moodle.csv           (exports.py; `--format` chooses, `--assignment` names the column)
   gradescope.csv
   students/PAGE.html   per-submission feedback (and .md): what a student may see, so tests with
-  students/PAGE.md     visibility "hidden" are left out, and so is the total when any test is hidden
+  students/PAGE.md     visibility "hidden" are left out, and so is the total when any test is; those
+                       shown after the due date or once grades are published are marked as such
+                       (with --before-due-date, left out too, as Gradescope hides them until then)
   index.html           cohort summary for the staff: warnings, the runs the view draws on, score
                        histogram, pass rate per property and per class, the most common failures
                        with an example message, how many students each diagnosed misconception
@@ -542,8 +544,10 @@ def _named(person, fallback):
 
 
 def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=exports.FORMATS,
-                  assignment=exports.DEFAULT_ASSIGNMENT, config_path=grading_config.DEFAULT_PATH):
-    """Write every report of the cohort view (or of one run) into `out`; returns the View."""
+                  assignment=exports.DEFAULT_ASSIGNMENT, config_path=grading_config.DEFAULT_PATH,
+                  before_due_date=False):
+    """Write every report of the cohort view (or of one run) into `out`; returns the View.
+    before_due_date: the pages leave out what Gradescope shows a student only later."""
     view = build_view(store, cohort, config, run_id, roster, config_path)
     graded = view.graded
     out = Path(out)
@@ -555,12 +559,15 @@ def write_reports(store, cohort, out, config, run_id=None, roster=None, formats=
     folder = ReportFolder(out)
     write_gradebook(out / "gradebook.csv", rows, config, folder.open)
     view.export_warnings = exports.write(out, formats, rows, assignment, config.max_score, folder.open, text_cell, labels)
+    statement = feedback.catalog(config.language)["statement"]
     page = {"labels": labels, "cohort": view.cohort, "language": config.language,
-            "title": feedback.label("summary_title", config.language),
+            "title": feedback.label("summary_title", config.language), "marks": statement["marks"],
             "words": {k: feedback.label(k, config.language) for k in ("total", "property", "points", "status")}}
     for item in graded:
-        shown = item.scored.shown()
-        context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored)}
+        shown = item.scored.shown(before_due_date)
+        later = dict.fromkeys(t.visibility for t in shown if t.visibility in scoring.LATER)
+        context = {**page, "item": item, "tests": shown, "show_total": len(shown) == len(item.scored),
+                   "notes": [statement["visibility_notes"][v].format(mark=statement["marks"][v]) for v in later]}
         for suffix in ("html", "md"):
             text = env.get_template(f"student.{suffix}.j2").render(context)
             with folder.open(out / "students" / f"{item.page}.{suffix}") as handle:
@@ -591,7 +598,7 @@ def cmd_report(args):
     try:
         roster = rosters.read(args.roster) if args.roster else None
         view = write_reports(store, args.cohort, args.out, config, args.run_id, roster, formats, args.assignment,
-                             args.config)
+                             args.config, args.before_due_date)
     finally:
         store.close()
     for warning in [*view.warnings, *view.export_warnings]:
@@ -620,6 +627,9 @@ def register(commands):
     report.add_argument("--assignment", default=exports.DEFAULT_ASSIGNMENT, type=exports.assignment_title,
                         help="column title of the score in canvas.csv and moodle.csv, e.g. 'Tarea 2' or "
                              "'Tarea 2 (12345)' to hit an existing Canvas assignment by id (default: %(default)s)")
+    report.add_argument("--before-due-date", action="store_true",
+                        help="leave out of the students' pages the tests shown only after the due date or once "
+                             "grades are published (visibility in grading.yml), as Gradescope hides them until then")
     add_store_option(report)
     grading_config.add_options(report)
     report.set_defaults(run=cmd_report)
