@@ -713,6 +713,22 @@ def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_a_roster_row_with_a_cell_missing_or_one_too_many_is_refused(tmp_path):
+    """A row without its SID cell put the email under ID number in moodle.csv and under SIS User ID
+    in canvas.csv, with no warning; an unquoted comma in a name does the same (an outside TA's)."""
+    header = "clave;Nombre;Apellido(s);Matrícula;Correo\n"
+    missing = tmp_path / "missing.csv"
+    missing.write_text(header + "ana;Ana;Pérez;7;ana@x.edu\nbeto;Alberto;Rojas;beto@x.edu\n", encoding="utf-8")
+    extra = tmp_path / "extra.csv"
+    extra.write_text("key,name,sid,email\nana,Pérez, Ana,7,ana@x.edu\n", encoding="utf-8")
+    for path, line in ((missing, "3 (4)"), (extra, "2 (5)")):
+        with pytest.raises(roster.RosterError, match=re.escape(f"line(s) {line} have another number")):
+            roster.read(path)
+    trailing = tmp_path / "trailing.csv"  # empty cells past the header's: nothing moves
+    trailing.write_text(header + "ana;Ana;Pérez;7;ana@x.edu;;\n", encoding="utf-8")
+    assert roster.read(trailing).rows == (("ana", roster.Person("Ana Pérez", "ana@x.edu", "7")),)
+
+
 @pytest.mark.parametrize("delimiter", [",", ";"])
 def test_a_doubled_quote_in_a_roster_is_one_quote(tmp_path, delimiter):
     """Excel writes a quote inside a quoted cell twice (Pepe in quotes, O'Brien written with a

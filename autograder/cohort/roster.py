@@ -102,15 +102,23 @@ def read(path):
     if not {"key", "email", "sid"} & columns.keys():
         raise RosterError(f"{path}: no 'key', 'email' or 'sid' column to match submissions by "
                           f"(its header: {', '.join(table[0])})")
-    rows = []
-    for line in table[1:]:
+    rows, shifted = [], []
+    for number, line in enumerate(table[1:], 2):
         values = {f: clean(line[i]).strip() if i < len(line) else "" for f, i in columns.items()}
         if not any(values.values()):
+            continue
+        if len(line) < len(table[0]) or any(cell.strip() for cell in line[len(table[0]):]):
+            shifted.append(f"{number} ({len(line)})")
             continue
         name = " ".join(part for part in (values.get("name", ""), values.get("surname", "")) if part)
         person = Person(name, values.get("email", ""), values.get("sid", ""), values.get("login", ""),
                         values.get("section", ""))
         rows.append((values.get("key", ""), person))
+    if shifted:  # a separator missing or one too many moves every later cell into another column
+        raise RosterError(f"{path}: the header has {len(table[0])} cells, but line(s) {', '.join(shifted[:10])}"
+                          f"{', …' if len(shifted) > 10 else ''} have another number (in brackets): a missing or "
+                          "extra separator would put a value under another column (an email as the SID); leave "
+                          "an empty cell empty between its separators, and quote a value holding one")
     return Roster(tuple(dict.fromkeys(rows)), str(path))  # a row pasted twice is one student
 
 
