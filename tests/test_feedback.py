@@ -271,7 +271,7 @@ def test_otter_puts_the_top_message_before_each_test(tmp_path, monkeypatch):
 
 # ---- 2. hints for errors as well as failures -------------------------------------------------------
 
-@pytest.mark.parametrize("language, crop", [("es", "Recorta la máscara"), ("en", "Slice the mask")])
+@pytest.mark.parametrize("language, crop", [("es", "recórtala al largo real"), ("en", "slice it to the actual length")])
 def test_an_uncropped_mask_error_gets_the_hint_that_says_to_crop_it(language, crop):
     error = Outcome("CausalSelfAttention", "causality", "error", "submission.exception", CAUSAL_MASK_ERROR,
                     CAUSAL_EXAMPLE)
