@@ -183,9 +183,9 @@ def test_what_a_plain_folder_passes_over_or_holds_by_mistake_is_named(tmp_path):
     notes = []
     with batch.entries(cohort, notes) as found:
         assert [e.key for e in found] == ["assignment_7_export", "export.zip", "luis.py", "marta"]
-    assert notes == [("__pycache__", "not_a_submission"), ("ana.py.txt", "hidden_extension"),
+    assert notes == [("__pycache__", "not_a_student_folder"), ("ana.py.txt", "hidden_extension"),
                      ("assignment_7_export", "holds_export"), ("export.zip", "holds_export"), ("marta", "holds_export"),
-                     ("notas.txt", "not_a_submission"), ("reportes", "not_a_submission")]
+                     ("notas.txt", "not_a_submission"), ("reportes", "not_a_student_folder")]
 
 
 def test_an_export_whose_folders_and_metadata_disagree_says_so_and_grades_every_folder(tmp_path):

@@ -90,8 +90,9 @@ class Summary:
 
 def folder_entries(folder, notes=None):
     """One entry per student: each folder, .py, .zip or .ipynb directly inside `folder`. `notes`,
-    if given, gets (name, reason) of the other files ("not_a_submission": a notes.txt, a Windows
-    `ana.py.txt`) and of entries that hold a Gradescope export ("holds_export": the parent folder of
+    if given, gets (name, reason) of the other files ("not_a_submission": a notes.txt; a Windows
+    `ana.py.txt`), of folders that are no student's ("not_a_student_folder": Python's cache, a
+    report written there) and of entries that hold a Gradescope export ("holds_export": the parent folder of
     an unpacked export and its zip, given instead of the export)."""
     entries, notes = [], [] if notes is None else notes
     for path in sorted(Path(folder).iterdir()):
@@ -102,7 +103,7 @@ def folder_entries(folder, notes=None):
             notes.append((clean_line(path.name), "hidden_extension" if hidden else "not_a_submission"))
             continue
         if path.is_dir() and (path.name == "__pycache__" or (path / ReportFolder.MANIFEST).is_file()):
-            notes.append((clean_line(path.name), "not_a_submission"))  # Python's cache, a report written here
+            notes.append((clean_line(path.name), "not_a_student_folder"))  # Python's cache, a report written here
             continue
         if gradescope_export.holds_export(path):
             notes.append((clean_line(path.name), "holds_export"))
