@@ -15,10 +15,11 @@ def print_summary(card, language, console=None):
     table.add_column(feedback.label("property", language))
     table.add_column(feedback.label("points", language), justify="right")
     table.add_column(feedback.label("status", language))
+    words = feedback.catalog(language)["report"]  # the pages' words for each status
     for test in card:
         style = STYLE.get(test.outcome_status, "")
         table.add_row(test.number, test.name, f"{test.score:g} / {test.max_score:g}",
-                      f"[{style}]{test.outcome_status}[/{style}]")
+                      f"[{style}]{words.get(test.outcome_status, test.outcome_status)}[/{style}]")
     table.add_section()
     table.add_row("", feedback.label("total", language), f"{card.earned:g} / {card.possible:g}", "")
     console.print(table)

@@ -259,14 +259,14 @@ def run_batch(path, cohort, store, config, executor_factory, regrade=False, cons
             else:
                 pending[entry.key] = (entry, content_hash, task, replace, graded_file)
         if pending:
-            _grade_pending(pending, run, store, executor_factory, summary, console)
+            _grade_pending(pending, run, store, executor_factory, summary, console, config.language)
     summary.seconds = time.monotonic() - started
     if not summary.failures and not summary.interrupted:
         store.finish_run(run.id)
     return summary
 
 
-def _grade_pending(pending, run, store, executor_factory, summary, console):
+def _grade_pending(pending, run, store, executor_factory, summary, console, language):
     """Grade `pending` in the executor's slots and store each result as it comes. A grading that
     ran out of time while other slots were busy is graded again alone, after the others, and that
     grading is stored: a submission that keeps the machine's cores busy (processes of its own, in
@@ -277,8 +277,9 @@ def _grade_pending(pending, run, store, executor_factory, summary, console):
     try:
         executor = executor_factory()  # its slots start here: a Ctrl-C meanwhile is an interruption too
         with _progress(console) as progress:
-            slots = f"{executor.slots} slot{'s' if executor.slots != 1 else ''}"
-            bar = progress.add_task(f"grading ({slots})", total=len(pending), rate="")
+            words = feedback.catalog(language)["report"]
+            bar = progress.add_task(words["batch_progress" if executor.slots == 1 else "batch_progress_slots"]
+                                    .format(slots=executor.slots), total=len(pending), rate="")
 
             def stored(task, result):
                 _store(pending[task.key], task, result, run, store, summary)
