@@ -194,7 +194,7 @@ def select(found, only):
         else:
             unknown.append(key)
     if unknown:
-        shown = ", ".join(sorted(by_key)[:20]) + (" ..." if len(by_key) > 20 else "")
+        shown = ", ".join(sorted(by_key)[:20]) + (f" (+{len(by_key) - 20})" if len(by_key) > 20 else "")
         raise BatchError(f"--only {', '.join(unknown)}: no such entry (or several) in this folder; "
                          f"its entries: {shown}")
     return [e for e in found if e.key in chosen]

@@ -37,7 +37,7 @@ def _number(value):
 
 
 def _people(rows):
-    return ", ".join(r.name or r.key for r in rows[:10]) + (" ..." if len(rows) > 10 else "")
+    return ", ".join(r.name or r.key for r in rows[:10]) + (f" (+{len(rows) - 10})" if len(rows) > 10 else "")
 
 
 def _shared_identifiers(rows, words):
