@@ -695,8 +695,11 @@ def test_a_report_with_settings_that_decide_outcomes_changed_says_it_ran_nothing
     reseeded.write_text(CONFIG.source.replace(f"seed: {CONFIG.seed}", f"seed: {CONFIG.seed + 1}", 1), encoding="utf-8")
     other = grading_config.load(reseeded, "en")
     assert other.seed == CONFIG.seed + 1
-    [warning] = report.build_view(store, "c", other).warnings
-    assert warning.startswith("1 row(s) (runs 1) were graded with another grader version or other grading.yml settings")
+    [warning] = report.build_view(store, "c", other, config_path=reseeded).warnings
+    assert warning.startswith("Run 1 (/cohort): 1 row(s) (ana.py) were graded with another grader version or other "
+                              "grading.yml settings")
+    assert warning.endswith(f"python -m autograder batch /cohort --cohort c --regrade --only ana.py --db {store.path} "
+                            f"--config {reseeded}")
 
 
 def test_a_roster_it_cannot_use_is_a_clear_error(store, tmp_path, capsys):

@@ -418,6 +418,15 @@ def _command(run, db, config, config_path):
     return " ".join(words)
 
 
+def _regrade_command(run, keys, db, config_path):
+    """The batch command that grades `keys` of `run`'s folder again under the report's grading.yml."""
+    words = ["python -m autograder batch", shlex.quote(run.source), "--cohort", shlex.quote(run.cohort), "--regrade",
+             *(f"--only {shlex.quote(key)}" for key in keys),
+             *([] if Path(db) == DEFAULT_PATH else ["--db", shlex.quote(str(db))]),
+             *([] if Path(config_path) == grading_config.DEFAULT_PATH else ["--config", shlex.quote(str(config_path))])]
+    return " ".join(words)
+
+
 def _suite_hash_of(path):
     try:
         return suite_version(grading_config.load(path))[1]
@@ -427,7 +436,7 @@ def _suite_hash_of(path):
 
 def _keys(keys):
     keys = list(keys)
-    return ", ".join(keys[:15]) + (f" ... (+{len(keys) - 15})" if len(keys) > 15 else "")
+    return ", ".join(keys[:15]) + (f" (+{len(keys) - 15})" if len(keys) > 15 else "")
 
 
 def build_view(store, cohort, config, run_id=None, roster=None, config_path=grading_config.DEFAULT_PATH):
@@ -464,11 +473,12 @@ def build_view(store, cohort, config, run_id=None, roster=None, config_path=grad
                          "warning_unfinished" if r.expected else "warning_unfinished_count"]
         view.warnings.append(template.format(run=r.id, source=r.source, started=r.started_at,
                                              count=counts.get(r.id, 0), expected=r.expected, command=_command(r, store.path, config, config_path)))
-    drawn_otherwise = {r.id for r in runs if r.suite_hash != suite_version(config)[1]}
-    stale_rows = [g for g in graded if g.run_id in drawn_otherwise]
-    if stale_rows:
-        view.warnings.append(words["warning_other_settings"].format(count=len(stale_rows), runs=", ".join(
-            map(str, sorted({g.run_id for g in stale_rows})))))
+    drawn_otherwise = {r.id: r for r in runs if r.suite_hash != suite_version(config)[1]}
+    for stale_run in sorted({g.run_id for g in graded if g.run_id in drawn_otherwise}):
+        keys = [g.key for g in graded if g.run_id == stale_run]
+        view.warnings.append(words["warning_other_settings"].format(
+            run=stale_run, source=drawn_otherwise[stale_run].source, count=len(keys), keys=_keys(keys),
+            command=_regrade_command(drawn_otherwise[stale_run], keys, store.path, config_path)))
     if replaced:
         view.warnings.append(words["warning_replaced_export"].format(keys=_keys(
             f"{r.key} ({', '.join(s.name or s.email or s.sid for s in r.submitters)})" for r in replaced)))
