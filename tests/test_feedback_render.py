@@ -204,10 +204,10 @@ def everywhere(code, params, status="error"):
 
 
 @pytest.mark.parametrize("language, headline, short, whole", [
-    ("es", "Tu archivo tiene un error de sintaxis en la línea 7: invalid syntax",
+    ("es", "Tu archivo tiene un error de sintaxis en la línea 7 (Python dice: «invalid syntax»).",
      "No se pudo importar tu código: mira el mensaje al principio.",
      "Por eso no se pudo ejecutar ninguna prueba: corrígelo y vuelve a entregar."),
-    ("en", "Your file has a syntax error on line 7: invalid syntax",
+    ("en", "Your file has a syntax error on line 7 (Python says: “invalid syntax”).",
      "Your code could not be imported: see the message at the top.",
      "So no test could run: fix it and submit again."),
 ])
@@ -226,7 +226,7 @@ def test_a_syntax_error_is_said_once_at_the_top_and_each_test_points_there(langu
 
 def test_an_unreadable_upload_points_at_the_top_with_the_load_line():
     outcomes = everywhere("load.bad_zip", {"error": "File is not a zip file"})
-    assert feedback.overview(outcomes, "es").startswith("El .zip no se pudo abrir: File is not a zip file\n")
+    assert feedback.overview(outcomes, "es").startswith("El .zip no se pudo abrir (Python dice: «File is not a zip file»): vuelve a crear")
     assert {t.output for t in scored_tests(outcomes)} == {"No se pudo leer tu entrega: mira el mensaje al principio."}
 
 

@@ -377,7 +377,7 @@ MESSAGES = [
     ("misnamed_classes", "SelfAttention", "Tu archivo no define la clase SelfAttention."),
     ("missing_module", "SelfAttention",
      "Tu archivo importa el módulo numpyy (línea {line}), que el corrector no tiene"),
-    ("syntax_error", "CausalSelfAttention", "Tu archivo tiene un error de sintaxis en la línea {line}:"),
+    ("syntax_error", "CausalSelfAttention", "Tu archivo tiene un error de sintaxis en la línea {line} (Python dice: «"),
     ("colab_export", "MultiHeadAttention",
      "La línea {line} de tu archivo es una orden de Jupyter o Colab, no Python: «!pip install torch». En un archivo .py bórrala"),
     ("sleep_at_import", "SelfAttention", "Importar tu archivo no terminó en {import_s} s"),

@@ -1196,8 +1196,8 @@ def test_a_name_error_in_a_call_says_what_of_a_notebook_runs_and_gives_no_unrela
 def test_a_syntax_error_message_loses_the_module_line_python_adds():
     found = outcome("submission.syntax_error", message="invalid syntax (attention.py, line 57)",
                     exc_type="SyntaxError", line=3, cell=4)
-    assert feedback.message(found, "es") == ("Tu notebook tiene un error de sintaxis en la celda de código 4, línea 3: "
-                                             "invalid syntax")
+    assert feedback.message(found, "es") == ("Tu notebook tiene un error de sintaxis en la celda de código 4, línea 3 "
+                                             "(Python dice: «invalid syntax»).")
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads the f-string this message is about")
