@@ -547,6 +547,38 @@ def masks_in_turn(rng, shapes, turn):
             for i, shape in enumerate(shapes)]
 
 
+# The modes large_inputs' masked calls take in turn: eval, autograd on (backward after it, as in
+# training), train() (dropout 0: nothing is drawn), torch.inference_mode() (a validation pass): a
+# fill chosen by any of them (-1e4 in training only, say) must keep masked weights at 0 as well.
+LARGE_INPUT_MODES = ({}, {"grad": True}, {"train": True}, {"inference": True})
+
+
+def large_input_mode(i, turn):
+    """The mode of large_inputs' i-th masked call in an example of this mask turn: over the
+    examples, every mode with every mask dtype."""
+    return LARGE_INPUT_MODES[(i + turn) % len(LARGE_INPUT_MODES)]
+
+
+def last_rows(upstream, share=8):
+    """upstream (B, T, ...) with every row zero but the last T // share: a loss on those alone,
+    whose gradient a backward wrong only past a block of rows (the first 128 or 512) is all of,
+    instead of a few percent that float32's tolerance takes in."""
+    kept = upstream.copy()
+    kept[:, :upstream.shape[1] - max(1, upstream.shape[1] // share)] = 0.0
+    return kept
+
+
+def first_rows_one_key(mask, rows=8):
+    """A copy of mask whose first `rows` query rows each open one key (row r, key r), as a causal
+    mask's first rows do: a row with hundreds of open keys always has one score above a finite
+    fill such as -1e4, while a row with one open key has it below half the time at large scales."""
+    narrowed = mask.copy()
+    for row in range(min(rows, mask.shape[-2])):
+        narrowed[..., row, :] = 0
+        narrowed[..., row, row % mask.shape[-1]] = 1
+    return narrowed
+
+
 def masks_of_every_dtype(rng, shapes, turn):
     """One mask of each MASK_DTYPES, on len(MASK_DTYPES) of the shapes starting at position
     len(MASK_DTYPES)·turn (wrapping): over the turns, every shape; in every example, every dtype."""

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
-from .harness import (unless_autograd_is_off, BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, copy_calls, params_in_turn, gaussian, mid_dims, gradient_batch, graded, long_time, one_row,
+from .harness import (unless_autograd_is_off, BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, copy_calls, params_in_turn, gaussian, mid_dims, gradient_batch, graded, last_rows, long_time, one_row,
                       runs_until_failure)
 from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -186,14 +186,16 @@ def reference_beyond_examples(worker, dims, size, fused=False):
     """reference_match (fused_equivalence with fused) at a real model's width and head count
     (size "wide"), at a head count the strategies never draw (size "heads"), on the longest
     sequence (size "longest") or past it with the widest heads (size "farthest"): one input, on
-    the explicit path (or the fused one)."""
+    the explicit path (or the fused one); at the real model's width, on the explicit path, passed
+    by keyword, as the statement names forward's parameters (forward(x=x, fused=False))."""
     module, rng = loaded(worker, dims, dropout=0.2)
     example(**dims, dropout=0.2)
     x = inputs(rng, dims)
+    call = ((), {"x": x, "fused": fused}) if size == "wide" and not fused else ((x,), {"fused": fused})
     said = ({"width": f"n_embd = {dims['n_embd']}, n_head = {dims['n_head']}"} if size in ("wide", "heads")
             else {"positions": dims["T"], "head_size": dims["n_embd"] // dims["n_head"]})
     checks.matches_beyond_examples(
-        module, [((x,), {"fused": fused})], lambda i, reply: [output(reply, dims)],
+        module, [call], lambda i, reply: [output(reply, dims)],
         lambda i: [(expected(module.params, dims, x), "output")],
         f"{'fused' if fused else 'reference'}_mismatch_{size}", **said)
 
@@ -707,7 +709,30 @@ def cfg_sizes_default(worker, rng):
         raise PropertyFailure("cfg_default_not_the_statements", field="n_head", default=heads, got=matches[0], call="Cfg()")
 
 
+def longest_gradients(worker, dims):
+    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 positions),
+    on the explicit path, the parameters' and x's judged against the reference: a backward that
+    goes wrong only past a block of positions (a chunked forward that detaches the keys beyond its
+    first 128 or 512, say) shows there, and only there: the loss is on the last rows alone
+    (harness.last_rows), whose gradient a mistake past the first block is all of."""
+    module, rng = loaded(worker, dims)
+    example(**dims, dropout=0.0)
+    x = inputs(rng, dims)
+    x64, upstream = x.astype(np.float64), last_rows(gaussian(rng, dims["B"], dims["T"], dims["n_embd"]))
+    calls = [((x,), {"grad": True, "upstream": upstream, "input_grads": ["0"]})]
+
+    def checked(i, reply):
+        checks.gradients_reach_every_parameter(reply)
+        out, bound = reference.causal_self_attention_bounded(module.params, dims["n_head"], x64)
+        checks.gradients_judged(module, calls[0], reply, out, bound, lambda p, changed: reference.causal_self_attention(
+            p, dims["n_head"], changed.get("0", x64)), upstream, rng, {"0": x64}, INPUT_NAMES)
+
+    checks.gradients_in_calls(module, calls, checked)
+
+
 @graded(CLS, "gradients")
+@also_at(longest_gradients, dims=FARTHEST_CAUSAL)  # last: past 512 positions
+@also_at(longest_gradients, dims=LONGEST_CAUSAL)
 @given(dims=causal_dims(min_time=2), fused=st.booleans(), p=dropout_rates, seed=seeds, data=st.data())
 def test_gradients(worker, dims, fused, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval and in train mode (dropout p), on both
@@ -779,12 +804,13 @@ def test_gradients(worker, dims, fused, p, seed, data):
 
 
 @graded(CLS, "large_inputs")
+@also_at(dims=LONGEST_CAUSAL, fused=False)  # a fill chosen by the length (-1e4 past 64 positions, say)
 @given(dims=causal_dims(min_time=2), fused=st.booleans())
 def test_large_inputs(worker, dims, fused):
     module, rng = loaded(worker, dims)
-    # in train() (dropout 0: nothing drawn) with autograd in half the examples: a fill chosen by the
-    # mode (-1e4 in training, -inf in eval) must keep the future out as well
-    mode = {"fused": fused, **({"train": True, "grad": True} if rng.integers(2) else {})}
+    # in eval, in train() (dropout 0: nothing drawn) with autograd, or under torch.inference_mode(),
+    # drawn: a fill chosen by the mode (-1e4 in training, -inf in eval) must keep the future out as well
+    mode = {"fused": fused, **({}, {"train": True, "grad": True}, {"inference": True})[rng.integers(3)]}
     example(**dims, dropout=0.0, fused=fused)
     x = inputs(rng, dims, scale=1e3)
     # Scores of magnitude ~1e6, on either path (`fused` drawn): the future must stay out even where

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, calling, example, example_dims, expect_close, require  # require: what a new property fails through (README)
-from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, copy_calls, params_in_turn, mid_dims, gaussian, gradient_batch, graded, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, call_failure, closing_one, copy_calls, params_in_turn, mid_dims, gaussian, gradient_batch, first_rows_one_key, graded, last_rows, large_input_mode, left_padded, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, runs_until_failure, edge_batches_then_no_mask)
 from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_MULTI_HEAD, FARTHEST_MULTI_HEAD, LONGEST_MULTI_HEAD, ODD_HEADS_MULTI_HEAD, SIMILARITY_MULTI_HEAD, EXACT_P, RARE_CALLS, RARE_MULTI_HEAD, RARE_P, SMALL_P, NEAR_ONE_P, TINY_P, WIDE_MULTI_HEAD, dropout_rates, integers, mask_turns, multi_head_dims, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
@@ -604,7 +604,32 @@ def test_train_dropout(worker, dims, seed, p):
         expect_close(trained, from_train, "dropout_output_mismatch", p=p)
 
 
+def longest_gradients(worker, dims):
+    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 queries),
+    the parameters' and the inputs' judged against the reference: a backward that goes wrong only
+    past a block of queries or keys (a chunked forward that detaches K beyond its first 128 or 512
+    rows, say) shows there, and only there: the loss is on the last rows alone
+    (harness.last_rows), whose gradient a mistake past the first block is all of."""
+    module, rng = loaded(worker, dims)
+    example(**dims, dropout=0.0)
+    args = cross_inputs(rng, dims)
+    given = tuple(t.astype(np.float64) for t in args)
+    upstream = last_rows(gaussian(rng, dims["B"], dims["Tq"], dims["d_model"]))
+    calls = [(args, {"grad": True, "upstream": upstream, "input_grads": ["0", "1", "2"]})]
+
+    def checked(i, reply):
+        checks.gradients_reach_every_parameter(reply, biased=False)
+        out, _, e_out, _ = reference.multi_head_attention_bounded(module.params, dims["h"], *given)
+        checks.gradients_judged(module, calls[0], reply, out, e_out, lambda p, changed: reference.multi_head_attention(
+            p, dims["h"], *(changed.get(str(k), t) for k, t in enumerate(given)))[0],
+            upstream, rng, {str(k): t for k, t in enumerate(given)}, INPUT_NAMES)
+
+    checks.gradients_in_calls(module, calls, checked)
+
+
 @graded(CLS, "gradients")
+@also_at(longest_gradients, dims=FARTHEST_MULTI_HEAD)  # last: past 512 queries
+@also_at(longest_gradients, dims=LONGEST_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), p=dropout_rates, seed=seeds, data=st.data())
 def test_gradients(worker, dims, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval, and in train mode (dropout p) with a
@@ -704,6 +729,7 @@ def test_gradients(worker, dims, p, seed, data):
 
 
 @graded(CLS, "large_inputs")
+@also_at(dims=LONGEST_MULTI_HEAD, turn=1)  # a fill chosen by the length (-1e4 past 64 positions, say)
 @given(dims=multi_head_dims(min_time=2), turn=mask_turns)
 def test_large_inputs(worker, dims, turn):
     module, rng = loaded(worker, dims)
@@ -713,9 +739,10 @@ def test_large_inputs(worker, dims, turn):
     # what fails there already (a mask read the other way, a softmax over the wrong axis) is
     # masked_zero's or rows_sum_to_one's mistake, not a matter of magnitude.
     args, masks = cross_inputs(rng, dims, scale=1e3), masks_of_every_dtype(rng, mask_shapes(dims), turn)
-    # every other masked call with autograd on (as in training, backward after it): a fill chosen
-    # by whether gradients are on must keep masked weights at 0 as well
-    calls = [(args, {}), *((cross_inputs(rng, dims, scale=1e3), {"mask": mask, **({"grad": True} if i % 2 else {})})
+    if dims["Tq"] >= LONGEST_MULTI_HEAD["Tq"]:  # a fill chosen by the length: rows with one open key show it
+        masks = [first_rows_one_key(mask) for mask in masks]
+    # each masked call in one of the modes a model is run in (harness.LARGE_INPUT_MODES)
+    calls = [(args, {}), *((cross_inputs(rng, dims, scale=1e3), {"mask": mask, **large_input_mode(i, turn)})
                            for i, mask in enumerate(masks))]
     B, Tq, Tk = dims["B"], dims["Tq"], dims["Tk"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
     def shrunk(call):

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from . import checks, reference
 from .failures import PropertyFailure, example, expect_close, require  # require: what a new property fails through (README)
-from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, copy_calls, params_in_turn, gaussian, gradient_batch, graded, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
+from .harness import (unless_autograd_is_off, INPUT_SCALES, WIDE_BATCH, Remote, also_at, closing_one, copy_calls, params_in_turn, gaussian, gradient_batch, first_rows_one_key, graded, last_rows, large_input_mode, left_padded, mid_dims, long_time, masks_in_turn, masks_of_every_dtype, one_row, other_mask,
                       random_mask, runs_skipping, edge_batches_then_no_mask)
 from .strategies import FARTHEST_SELF_ATTENTION, LONGEST_SELF_ATTENTION, SIMILARITY_SELF_ATTENTION, WIDE_SELF_ATTENTION, integers, mask_turns, parameter_seed, rng_for, self_attention_dims
 from ..worker.submission_errors import SubmissionError
@@ -163,7 +163,8 @@ def test_scale(worker, dims):
 
 
 def wide_reference_match(worker, dims):
-    """reference_match at a real model's width: one input, without and with a mask."""
+    """reference_match at a real model's width: one input, without and with a mask, that one
+    passed by keyword, as the statement names forward's parameters (forward(x=x, mask=mask))."""
     module, rng = loaded(worker, dims)
     example(**dims)
     x = inputs(rng, dims)
@@ -173,7 +174,7 @@ def wide_reference_match(worker, dims):
         return zip(reference.self_attention(module.params, x.astype(np.float64), None if i == 0 else mask),
                    ("output", "weights"))
 
-    checks.matches_beyond_examples(module, [((x,), {}), ((x,), {"mask": mask})], lambda i, reply: outputs(reply, dims),
+    checks.matches_beyond_examples(module, [((x,), {}), ((), {"x": x, "mask": mask})], lambda i, reply: outputs(reply, dims),
                                    expected, "reference_mismatch_wide", width=f"d_model = {dims['d_model']}, d_k = {dims['d_k']}")
 
 
@@ -273,7 +274,31 @@ def test_batch_independence(worker, dims):
                              gradient_batch(dims["B"] + 1, dims["T"]), lambda b: random_mask(rng, b, dims["T"], dims["T"]))
 
 
+def longest_gradients(worker, dims):
+    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 positions),
+    the parameters' and x's judged against the reference: a backward that goes wrong only past a
+    block of queries or keys (a chunked forward that detaches K beyond its first 128 or 512 rows,
+    say) shows there, and only there: the loss is on the last rows alone
+    (harness.last_rows), whose gradient a mistake past the first block is all of."""
+    module, rng = loaded(worker, dims)
+    example(**dims)
+    x = inputs(rng, dims)
+    x64, upstream = x.astype(np.float64), last_rows(gaussian(rng, dims["B"], dims["T"], d_k_of(dims)))
+    calls = [((x,), {"grad": True, "upstream": upstream, "input_grads": ["0"]})]
+
+    def checked(i, reply):
+        checks.gradients_reach_every_parameter(reply, biased=False)
+        out, _, e_out, _ = reference.self_attention_bounded(module.params, x64)
+        checks.gradients_judged(module, calls[0], reply, out, e_out,
+                                lambda p, changed: reference.self_attention(p, changed.get("0", x64))[0],
+                                upstream, rng, {"0": x64}, INPUT_NAMES)
+
+    checks.gradients_in_calls(module, calls, checked)
+
+
 @graded(CLS, "gradients")
+@also_at(longest_gradients, dims=FARTHEST_SELF_ATTENTION)  # last: past 512 positions
+@also_at(longest_gradients, dims=LONGEST_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), data=st.data())
 def test_gradients(worker, dims, data):
     """Every parameter gets a finite, nonzero gradient, with and without a mask (in train mode too);
@@ -344,6 +369,7 @@ def test_gradients(worker, dims, data):
 
 
 @graded(CLS, "large_inputs")
+@also_at(dims=LONGEST_SELF_ATTENTION, turn=1)  # a fill chosen by the length (-1e4 past 64 positions, say)
 @given(dims=self_attention_dims(min_time=2), turn=mask_turns)
 def test_large_inputs(worker, dims, turn):
     module, rng = loaded(worker, dims)
@@ -354,9 +380,10 @@ def test_large_inputs(worker, dims, turn):
     # (a mask read the other way, a softmax over the wrong axis) is masked_zero's or
     # rows_sum_to_one's mistake, not a matter of magnitude.
     masks = masks_of_every_dtype(rng, mask_shapes(dims), turn)
-    # every other masked call with autograd on (as in training, backward after it): a fill chosen
-    # by whether gradients are on must keep masked weights at 0 as well
-    calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask, **({"grad": True} if i % 2 else {})})
+    if dims["T"] >= LONGEST_SELF_ATTENTION["T"]:  # a fill chosen by the length: rows with one open key show it
+        masks = [first_rows_one_key(mask) for mask in masks]
+    # each masked call in one of the modes a model is run in (harness.LARGE_INPUT_MODES)
+    calls = [((x,), {}), *(((inputs(rng, dims, scale=1e3),), {"mask": mask, **large_input_mode(i, turn)})
                            for i, mask in enumerate(masks))]
     B, T = dims["B"], dims["T"]  # a mask form it cannot take (or answers with other shapes): masked_zero's
     (replies, kept), calls = unless_autograd_is_off(lambda calls: runs_skipping(
