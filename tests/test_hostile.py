@@ -48,7 +48,8 @@ ROOT_ONLY = {"sa_kill_parent", "mha_fork_storm", "sa_fake_results", "sa_read_sol
              "sa_shm_hog", "sa_deep_tree", "sa_memfd_hog", "shm_many_names", "sa_socket_hog",
              "sa_ipc_queue_hog", "sa_io_uring_socket", "sa_inotify_hog", "sa_hidden_thread_memory", "sa_pty_hog",
              "sa_keyring_persistent", "sa_setsid_sessions", "sa_pipe_pinned_pages", "sa_kernel_objects_unbounded",
-             "sa_perf_ring_pinned", "sa_landlock_domains", "sa_xattr_hog", "sa_mapped_memory_hog"}
+             "sa_perf_ring_pinned", "sa_landlock_domains", "sa_xattr_hog", "sa_mapped_memory_hog",
+             "sa_untouched_mappings_in_children"}
 UIDS_PER_JOB = 10  # each graded file leases from a range of its own: its residue is its alone
 # The placeholders in the corpus (Gradescope's own paths) and what the tests put in their place.
 GRADER_ROOT_PLACEHOLDER = '"/autograder/source"'
@@ -79,6 +80,7 @@ ONE_CLASS = {
     "sa_forged_build": ("SelfAttention", ["too_many_parameters"]),
     "sa_memfd_hog": ("SelfAttention", ["submission.memory"]),
     "sa_mapped_memory_hog": ("SelfAttention", ["submission.memory"]),
+    "sa_untouched_mappings_in_children": ("SelfAttention", ["submission.memory"]),
     "sa_hidden_thread_memory": ("SelfAttention", ["submission.memory"]),
     "sa_unprintable_exception": ("SelfAttention", ["submission.exception"]),
 }

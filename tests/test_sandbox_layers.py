@@ -326,3 +326,40 @@ def test_the_filter_refuses_sendfile_and_a_file_copy_still_works():
     done = subprocess.run([sys.executable, "-c", FILTERED], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.split() == ["refused", "65536"], done.stderr
+
+
+SPLIT_MAPPINGS = r"""
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+pages, shared = int(sys.argv[1]), sys.argv[2] == "shared"
+if shared:  # one unnamed file each: shared anonymous memory
+    for _ in range(pages):
+        libc.mmap(None, 4096, 1, 0x21, -1, 0)
+else:  # private pages, every other one read-only: a mapping each, never touched
+    base = libc.mmap(None, pages * 4096, 3, 0x22, -1, 0)
+    for page in range(0, pages, 2):
+        libc.mprotect(ctypes.c_void_p(base + page * 4096), 4096, 1)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("kind", ["private", "shared"])
+def test_the_kernels_memory_for_mappings_counts_against_the_limit(kind):
+    """30 processes of 65,400 untouched mappings each held 4.8 GB of the kernel's memory under a
+    512 MiB limit, and the watch stat-ed every unnamed one at every sample (an outside attacker's):
+    each mapping now counts its kernel bytes, and more unnamed ones than MAX_ENTRIES is over any limit."""
+    pages = 20_000
+    child = subprocess.Popen([sys.executable, "-c", SPLIT_MAPPINGS, str(pages), kind], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        held = residue.held_bytes([child.pid])
+    finally:
+        child.kill()
+        child.wait()
+    if kind == "shared":
+        assert held == residue.OVER_ANY_LIMIT
+    else:
+        assert pages * residue.MAPPING_BYTES <= held < residue.OVER_ANY_LIMIT

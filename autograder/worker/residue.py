@@ -29,6 +29,12 @@ SCAN_SKIPPED = ("/proc", "/sys", "/usr/lib", "/usr/share", "/usr/include", "/usr
 MAX_ENTRIES = 4096  # files a worker may make: counting stops here and the worker is over its disk limit
 MAX_DEPTH = 64  # folder depth likewise: each check then resolves at most MAX_ENTRIES paths this long
 OVER_ANY_LIMIT = 1 << 50  # the bytes reported for a worker past MAX_ENTRIES or MAX_DEPTH
+# What the kernel keeps for one memory mapping, outside any RSS: its vm_area_struct (~230 bytes of
+# slab measured for private anonymous pages split by mprotect) and, for an unnamed file (shared
+# anonymous memory, a memfd), a file, an inode and a dentry too (4.84 GB for 30 processes of 65,400
+# untouched shared mappings of 4 KiB, an outside attacker's: ~2.5 KiB each). A torch worker has ~400.
+MAPPING_BYTES = 256
+UNNAMED_MAPPING_BYTES = 2560
 REMOVE_TIMEOUT_S = 30
 REMOVE_BATCH = 256  # paths per rm: PATH_MAX each stays far below the kernel's argument limit
 IPC_RMID = 0
@@ -137,14 +143,23 @@ def disk_bytes(uid, private_folders):
 
 def held_bytes(pids):
     """Bytes in memfds, in deleted files and in shared anonymous memory that the processes keep
-    open or mapped: memory (or disk) that no RSS and no folder shows (a page mapped but never
-    touched is in no RSS; a descriptor closed after mmap leaves the file alive through the
-    mapping alone, 1.5 GB held at 512 MiB before mappings were read). Each file counts once, however
-    many descriptors and mappings hold it."""
-    seen, total = set(), 0
+    open or mapped, and the kernel's own for every mapping (MAPPING_BYTES, UNNAMED_MAPPING_BYTES):
+    memory (or disk) that no RSS and no folder shows (a page mapped but never touched is in no
+    RSS; a descriptor closed after mmap leaves the file alive through the mapping alone, 1.5 GB
+    held at 512 MiB before mappings were read; 30 processes of 65,400 untouched mappings held
+    4.8 GB of kernel memory).
+    Each file counts once, however many descriptors and mappings hold it; more than MAX_ENTRIES
+    of them is over any limit (each costs the grader a stat, every sample)."""
+    seen, total, unnamed = set(), 0, 0
     for pid in pids:
         view = procfs.live_view(pid)
-        for path in [*_unnamed_descriptors(view), *_unnamed_mappings(view)]:
+        count, mapped = _mappings(view)
+        total += (count - len(mapped)) * MAPPING_BYTES + len(mapped) * UNNAMED_MAPPING_BYTES
+        paths = [*_unnamed_descriptors(view), *mapped]
+        unnamed += len(paths)
+        if unnamed > MAX_ENTRIES:
+            return OVER_ANY_LIMIT
+        for path in paths:
             try:
                 info = os.stat(path)
             except OSError:
@@ -175,18 +190,20 @@ def _unnamed_descriptors(view):
         return
 
 
-def _unnamed_mappings(view):
-    """/proc/PID/map_files/RANGE of the mappings of a process view whose file is unnamed (root may
-    stat them: they lead to the file itself)."""
+def _mappings(view):
+    """(how many mappings a process view has, /proc/PID/map_files/RANGE of those whose file is
+    unnamed: root may stat them, they lead to the file itself)."""
     try:
         with open(f"{view}/maps", "rb") as maps:
             lines = maps.read().splitlines()
     except OSError:
-        return
+        return 0, []
+    unnamed = []
     for line in lines:
         fields = line.split(None, 5)
         if len(fields) == 6 and _unnamed(fields[5].decode("utf-8", "replace")):
-            yield f"{view}/map_files/{fields[0].decode()}"
+            unnamed.append(f"{view}/map_files/{fields[0].decode()}")
+    return len(lines), unnamed
 
 
 def clear(uid, private_folders=(), ipc=True):

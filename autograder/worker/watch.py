@@ -48,7 +48,8 @@ class ResourceWatch:
         rss = sum(size for _, size in processes) + outside
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.limits.memory_mib << 20:
-            shown = f"/dev/shm: > {residue.MAX_ENTRIES} files" if outside >= residue.OVER_ANY_LIMIT else f"{rss >> 20} MiB"
+            shown = (f"/dev/shm, memfds or shared mappings: > {residue.MAX_ENTRIES}" if outside >= residue.OVER_ANY_LIMIT
+                     else f"{rss >> 20} MiB")
             raise SubmissionError("memory", shown, limit=self.limits.memory_mib)
         if disk and sandbox.uid is not None and not sandbox.isolate:
             self.last_disk_check = now  # the scratch tmpfs bounds what a worker in namespaces writes
