@@ -530,9 +530,11 @@ def _decode(data, name):
 _MAIN_GUARD = re.compile(r"""if[ \t]*\(?[ \t]*(__name__[ \t]*==[ \t]*(['"])__main__\2|(['"])__main__\3[ \t]*==[ \t]*__name__)[ \t]*\)?[ \t]*:""")
 
 
-def _main_block_dropped(text):
+def _main_block_dropped(text, imported=False):
     """A .py whose `if __name__ == "__main__":` demo does not parse here, with that block's lines
-    left blank; else the text as it is.
+    left blank; else the text as it is. imported: the block is blanked where the text parses too
+    (a `%%writefile` module's cell, which the notebook imports: its demo never runs there, while
+    the loader reads `__name__` as "__main__" in every cell, as the kernel does in its own).
 
     Imported, as the worker imports it, the file never runs that block, so leaving it out changes
     nothing the grade sees, while the syntax error it holds would cost every point: a demo written
@@ -542,7 +544,7 @@ def _main_block_dropped(text):
     not compile either (the error is elsewhere, an `else:` follows the block), the text is left as
     it is, for the worker to report the error at its line. Compiled only up to MAX_CELL_CODE, as
     the stub check reads a .py."""
-    if len(text) > MAX_CELL_CODE or "__main__" not in text or _parses(text) or not _blockable(text):
+    if len(text) > MAX_CELL_CODE or "__main__" not in text or not _blockable(text) or (not imported and _parses(text)):
         return text
     try:  # where tokens start: a guard or a line after a block inside a string is not code
         starts = {token.start for token in tokenize.generate_tokens(io.StringIO(text).readline)}
@@ -770,12 +772,14 @@ def notebook_source(text, name="notebook.ipynb"):
             raise SubmissionUnreadable("not_utf8", file=name) from None
     if size > MAX_NOTEBOOK_CODE:
         raise SubmissionUnreadable("notebook_code_too_large", file=name, limit_kib=MAX_NOTEBOOK_CODE >> 10)
+    run_as_main = {_run_module(path) for source in sources if len(source) <= MAX_CELL_CODE
+                   for found in _RUN.findall(source) for path in found if path}  # %run: __name__ is "__main__"
     statements, broken = [], []
     for number, (code, with_pass, timed) in enumerate(cells, 1):
         if len(code.encode()) > MAX_CELL_CODE:
             continue
-        if writes.get(number):  # a written module's demo, which importing it never runs (as in a .py)
-            code = _main_block_dropped(code)
+        if writes.get(number):  # a written module's demo, which importing it never runs (as in a .py); %run does
+            code = _main_block_dropped(code, imported=not writes[number] & run_as_main)
         try:
             try:
                 tree = ast.parse(code)

@@ -351,6 +351,24 @@ def test_a_written_modules_code_reads_its_own_names_not_a_later_cells(importing)
     assert namespace["MultiHeadAttention"]().f(1) == 10
 
 
+@pytest.mark.parametrize("loading, kernel", [("from attention import *", (True, float("-inf"))),
+                                             ("import attention as at\nSelfAttention = at.SelfAttention",
+                                              (True, float("-inf"))),
+                                             ("%run attention.py", (False, -1e4))])
+def test_a_written_modules_demo_runs_only_where_the_notebook_runs_the_module(loading, kernel, monkeypatch):
+    """A %%writefile module whose `if __name__ == "__main__":` demo rebinds its constants: an import
+    never runs it, `%run` does, as the kernel's `__name__` says. Read as the notebook's own cell
+    (where `__name__` is "__main__"), the demo's last loop value and fill were graded: a correct
+    notebook scored 35/48, and 45/48 with a -1e4 diagnosis (an outside writer's four notebooks)."""
+    module = ("%%writefile attention.py\nimport torch\nESCALAR = True\nNEG = float('-inf')\n\n"
+              "class SelfAttention(torch.nn.Module):\n    def f(self):\n        return ESCALAR, NEG\n\n"
+              "if __name__ == '__main__':\n    for ESCALAR in [True, False]:\n        print(ESCALAR)\n    NEG = -1e4\n")
+    graded = types.ModuleType("graded")
+    monkeypatch.setitem(sys.modules, "graded", graded)  # as the worker imports it: `import attention` is this module
+    exec(compile(code_of(kept(module, loading)), "graded", "exec"), graded.__dict__)
+    assert graded.SelfAttention().f() == kernel
+
+
 @pytest.mark.parametrize("taking", ["SelfAttention = at.SelfAttention", ""])
 def test_a_module_imported_under_an_alias_after_a_throwaway_class_gives_its_own(taking):
     """%%writefile attention.py, a throwaway `class SelfAttention` in another cell, then `import
@@ -1206,8 +1224,8 @@ def test_a_syntax_error_in_an_f_string_says_python_3_12_reads_it(cell):
     """f"{d["n"]}" runs in Colab (3.12) and fails here: the message says why, and what to write."""
     found = outcome("submission.syntax_error", message="f-string: unmatched '[' (attention.py, line 57)",
                     exc_type="SyntaxError", line=3, **({} if cell is None else {"cell": cell}))
-    for language, words in (("es", ("línea 3: f-string: unmatched '['.", "Python 3.12", "las otras comillas")),
-                            ("en", ("line 3: f-string: unmatched '['.", "Python 3.12", "the other quotes"))):
+    for language, words in (("es", ("línea 3 (Python dice: «f-string: unmatched '['»).", "Python 3.12", "las otras comillas")),
+                            ("en", ("line 3 (Python says: “f-string: unmatched '['”).", "Python 3.12", "the other quotes"))):
         text = feedback.message(found, language)
         assert all(word in text for word in words), text
         assert ("celda de código 4" in text or "code cell 4" in text) == (cell is not None)
