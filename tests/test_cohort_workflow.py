@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -511,6 +512,19 @@ def test_two_rows_with_one_sid_are_warned_about(store, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 rows of the LMS files share sid 2024002 (submissions luis.py, luis_v2.py)" in err
     assert "share email Luis@x.edu" in err and "2024001" not in err
+
+
+def test_two_rows_with_one_name_and_no_identifier_are_warned_about(store, tmp_path, capsys):
+    """josé.py spelled two ways in one folder is two keys with one name: Canvas matches such rows by
+    name, and one student's grade would land on the other's (an outside attacker's)."""
+    record(store, [("jose\u0301.py~1a2b3c4d", [Submitter("jose\u0301")], outcomes()),
+                   ("jos\u00e9.py", [Submitter("jos\u00e9")], outcomes(SCALE)),
+                   ("ana.py", [Submitter("Ana", "ana@x.edu")], outcomes()), ("luis.py", [Submitter("Ana")], outcomes())])
+    assert main(["report", "--cohort", "c", "--out", str(tmp_path / "out"), "--db", str(store.path),
+                 "--lang", "en"]) == 0
+    err = unicodedata.normalize("NFC", capsys.readouterr().err)
+    assert "2 rows of the LMS files share name (with no SID or email) jos\u00e9 (submissions" in err
+    assert "share name (with no SID or email) Ana" not in err  # one of them has an email: matched by it
 
 
 # ---- roster ----------------------------------------------------------------------------------------------

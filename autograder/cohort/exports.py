@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import csv
 
+from ..text import composed
+
 FORMATS = ("canvas", "moodle", "gradescope")
 DEFAULT_ASSIGNMENT = "Attention"
 SCORED = ("graded", "unreadable")
@@ -42,19 +44,20 @@ def _people(rows):
 
 def _shared_identifiers(rows, words):
     """A warning for each SID or email that more than one row carries (a re-upload graded under
-    another key, a roster naming one SID twice): an LMS keeps one of those rows, not the one the
-    staff would choose."""
+    another key, a roster naming one SID twice), and for each name that rows with neither carry
+    (`josé.py` spelled two ways in one folder: two keys, one name, which Canvas matches by): an
+    LMS keeps one of those rows, not the one the staff would choose."""
     warnings = []
-    for field in ("sid", "email"):
+    for field in ("sid", "email", "name"):
         sharing = {}
         for row in rows:
             value = getattr(row, field).strip()
-            if value:
-                sharing.setdefault(value.casefold(), []).append(row)
+            if value and (field != "name" or not (row.sid or row.email or row.login)):
+                sharing.setdefault(composed(value).casefold(), []).append(row)
         for value, same in sharing.items():
             if len(same) > 1:
                 warnings.append(words["warning_shared_identifier"].format(
-                    what=field, value=getattr(same[0], field).strip(), count=len(same),
+                    what=words["identifiers"][field], value=getattr(same[0], field).strip(), count=len(same),
                     keys=", ".join(row.key for row in same[:10])))
     return warnings
 
