@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -353,7 +354,8 @@ def report_summary(summary, console, language="en"):
         console.print(Text("  " + words[f"batch_note_{reason}"].format(
             name=name, metadata=gradescope_export.METADATA, other=other[0] if other else ""), style="yellow"))
     for key, run, source in summary.superseded:
-        console.print(Text("  " + words["batch_superseded"].format(key=key, run=run, source=source), style="yellow"))
+        console.print(Text("  " + words["batch_superseded"].format(  # what a TA pastes into a shell: quoted
+            key=key, run=run, source=source, folder=shlex.quote(source), only=shlex.quote(key)), style="yellow"))
     if summary.interrupted:
         console.print(Text(words["batch_interrupted"], style="yellow"))
     elif summary.failures:
