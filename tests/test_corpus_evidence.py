@@ -1615,3 +1615,40 @@ def test_a_parameter_declared_before_mask_takes_a_mask_passed_by_position(name):
     assert torch.allclose(by_name[0], right[0]) and torch.allclose(by_name[1], right[1])
     assert by_position[1][..., -1].abs().max() > 0.05  # the masked key still gets weight
     assert not torch.allclose(by_position[0], right[0], atol=1e-3)
+
+
+def test_a_fill_of_minus_1e4_in_training_leaks_at_large_scores():
+    sa = load("sa_fill_minus_1e4_in_training").SelfAttention(2).double()
+    with torch.no_grad():
+        sa.W_Q.weight.copy_(3 * torch.eye(2))
+        sa.W_K.weight.copy_(-3 * torch.eye(2))
+    x, mask = torch.full((1, 2, 2), 30.0), torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    for training, leaks in ((False, False), (True, True)):
+        weights = sa.train(training)(x, mask)[1]
+        assert (weights[0, 0, 1] > 0.5) == leaks  # the statement's: exactly 0 where mask == 0, in any mode
+
+
+def test_a_renamed_forward_argument_cannot_be_passed_by_the_statements_name():
+    sa = load("sa_forward_argument_renamed").SelfAttention(4).double().eval()
+    x = torch.randn(2, 3, 4)
+    assert torch.allclose(sa(x)[0], attention(sa.W_Q(x), sa.W_K(x), sa.W_V(x))[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x'"):
+        sa(x=x)
+
+
+def test_keys_detached_past_512_queries_give_other_gradients_there():
+    module = load("causal_keys_detached_past_512")
+    causal = module.CausalSelfAttention(module.Cfg(n_embd=8, n_head=1, block_size=600)).double().eval()
+    x, upstream = torch.randn(1, 600, 8), torch.zeros(1, 600, 8)
+    upstream[:, 512:] = torch.randn(1, 88, 8)  # a loss on the positions past the first chunk
+
+    def reference(weight, bias):
+        q, k, v = nn.functional.linear(x, weight, bias).split(8, dim=2)
+        future = torch.triu(torch.ones(600, 600, dtype=torch.bool), 1)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(future, float("-inf"))
+        return causal.proj(torch.softmax(scores, -1) @ v)
+
+    assert torch.allclose(causal(x), reference(causal.qkv.weight, causal.qkv.bias))  # the output is right
+    (got,) = torch.autograd.grad((causal(x) * upstream).sum(), causal.qkv.weight)
+    (want,) = torch.autograd.grad((reference(causal.qkv.weight, causal.qkv.bias) * upstream).sum(), causal.qkv.weight)
+    assert (got - want).abs().max() > 1e-3

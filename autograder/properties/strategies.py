@@ -122,6 +122,9 @@ LONGEST_CAUSAL = {"B": 1, "T": 300, "block_size": 300, "n_head": 4, "n_embd": 32
 FARTHEST_SELF_ATTENTION = {"B": 1, "T": 600, "d_model": 16, "d_k": 160, "seed": 8}
 FARTHEST_MULTI_HEAD = {"B": 1, "Tq": 600, "Tk": 200, "h": 1, "d_model": 160, "seed": 8}
 FARTHEST_CAUSAL = {"B": 1, "T": 600, "block_size": 600, "n_head": 2, "n_embd": 320, "seed": 8}
+# gradients past 512 positions: a reply holds the output, x's gradient and qkv's and proj's, each
+# under the frame cap only at a narrower width than FARTHEST_CAUSAL's
+FARTHEST_GRADIENTS_CAUSAL = {"B": 1, "T": 600, "block_size": 600, "n_head": 1, "n_embd": 64, "seed": 9}
 
 
 # train_dropout once more at a rate no strategy draws (harness.also_at): RARE_P, not a whole

@@ -7,7 +7,7 @@ from . import checks, reference
 from .failures import PropertyFailure, call_at_fault, calling, close, example, example_dims, expect_close, require
 from .harness import (unless_autograd_is_off, BUILD_CONFIG, INPUT_SCALES, LONG_TIMES, Remote, also_at, copy_calls, params_in_turn, gaussian, mid_dims, gradient_batch, graded, last_rows, long_time, one_row,
                       runs_until_failure)
-from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
+from .strategies import another_rate, DROPOUT_RATES, EDGE_RATES_CAUSAL, FARTHEST_CAUSAL, FARTHEST_GRADIENTS_CAUSAL, LONGEST_CAUSAL, ODD_HEADS_CAUSAL, SIMILARITY_CAUSAL, EXACT_P, NEAR_ONE_P, RARE_CALLS, RARE_CAUSAL, RARE_P, SMALL_P, WIDE_CAUSAL, causal_dims, dropout_rates, integers, parameter_seed, rng_for, seeds
 from ..worker.submission_errors import SubmissionError
 
 CLS = "CausalSelfAttention"
@@ -731,7 +731,7 @@ def longest_gradients(worker, dims):
 
 
 @graded(CLS, "gradients")
-@also_at(longest_gradients, dims=FARTHEST_CAUSAL)  # last: past 512 positions
+@also_at(longest_gradients, dims=FARTHEST_GRADIENTS_CAUSAL)  # last: past 512 positions
 @also_at(longest_gradients, dims=LONGEST_CAUSAL)
 @given(dims=causal_dims(min_time=2), fused=st.booleans(), p=dropout_rates, seed=seeds, data=st.data())
 def test_gradients(worker, dims, fused, p, seed, data):
