@@ -710,7 +710,7 @@ def cfg_sizes_default(worker, rng):
 
 
 def longest_gradients(worker, dims):
-    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 positions),
+    """gradients on the longest sequence (past 512 positions),
     on the explicit path, the parameters' and x's judged against the reference: a backward that
     goes wrong only past a block of positions (a chunked forward that detaches the keys beyond its
     first 128 or 512, say) shows there, and only there: the loss is on the last rows alone
@@ -732,7 +732,6 @@ def longest_gradients(worker, dims):
 
 @graded(CLS, "gradients")
 @also_at(longest_gradients, dims=FARTHEST_GRADIENTS_CAUSAL)  # last: past 512 positions
-@also_at(longest_gradients, dims=LONGEST_CAUSAL)
 @given(dims=causal_dims(min_time=2), fused=st.booleans(), p=dropout_rates, seed=seeds, data=st.data())
 def test_gradients(worker, dims, fused, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval and in train mode (dropout p), on both

@@ -605,7 +605,7 @@ def test_train_dropout(worker, dims, seed, p):
 
 
 def longest_gradients(worker, dims):
-    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 queries),
+    """gradients on the longest sequence (past 512 queries),
     the parameters' and the inputs' judged against the reference: a backward that goes wrong only
     past a block of queries or keys (a chunked forward that detaches K beyond its first 128 or 512
     rows, say) shows there, and only there: the loss is on the last rows alone
@@ -629,7 +629,6 @@ def longest_gradients(worker, dims):
 
 @graded(CLS, "gradients")
 @also_at(longest_gradients, dims=FARTHEST_MULTI_HEAD)  # last: past 512 queries
-@also_at(longest_gradients, dims=LONGEST_MULTI_HEAD)
 @given(dims=multi_head_dims(min_time=2), p=dropout_rates, seed=seeds, data=st.data())
 def test_gradients(worker, dims, p, seed, data):
     """Every parameter gets a finite, nonzero gradient in eval, and in train mode (dropout p) with a

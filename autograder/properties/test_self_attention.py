@@ -275,7 +275,7 @@ def test_batch_independence(worker, dims):
 
 
 def longest_gradients(worker, dims):
-    """gradients on the longest sequences (strategies.LONGEST_*, FARTHEST_*: past 512 positions),
+    """gradients on the longest sequence (past 512 positions),
     the parameters' and x's judged against the reference: a backward that goes wrong only past a
     block of queries or keys (a chunked forward that detaches K beyond its first 128 or 512 rows,
     say) shows there, and only there: the loss is on the last rows alone
@@ -298,7 +298,6 @@ def longest_gradients(worker, dims):
 
 @graded(CLS, "gradients")
 @also_at(longest_gradients, dims=FARTHEST_SELF_ATTENTION)  # last: past 512 positions
-@also_at(longest_gradients, dims=LONGEST_SELF_ATTENTION)
 @given(dims=self_attention_dims(min_time=2), data=st.data())
 def test_gradients(worker, dims, data):
     """Every parameter gets a finite, nonzero gradient, with and without a mask (in train mode too);
