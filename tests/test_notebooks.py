@@ -1316,8 +1316,11 @@ def test_an_import_the_classes_need_and_the_grader_lacks_is_named_once(graded_ru
     assert run.graded.score[0] == 0
     assert run.results["output"].split("\n")[0] == (
         f"Tu notebook importa el módulo einops (celda de código {cell}, línea {line}), que no está "
-        "instalado en el corrector. Esa importación se conserva porque tus clases la usan, directa o "
-        "indirectamente: escríbelas solo con torch, numpy y la biblioteca estándar de Python.")
+        "instalado en el corrector ni lo escribe una celda %%writefile de tu notebook. Esa importación se "
+        "conserva porque tus clases la usan, directa o indirectamente. Si einops es tuyo, escríbelo con "
+        "%%writefile: un módulo escrito de otra forma (Path.write_text, open(...).write, !cp) no existe para "
+        "el corrector; si es de una biblioteca, escribe tus clases solo con torch, numpy y la biblioteca "
+        "estándar de Python.")
     assert {t["output"] for t in run.results["tests"]} == {"No se pudo importar tu código: mira el mensaje al principio."}
     english = feedback.message(run.graded.outcomes[0], "en")
     assert english.startswith(f"Your notebook imports the module einops (code cell {cell}, line {line}), "
